@@ -1,0 +1,3 @@
+"""leaderd: a leader election sidecar daemon."""
+
+__version__ = "0.1.0"

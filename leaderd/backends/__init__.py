@@ -1,0 +1,63 @@
+"""Backends, chosen by URL scheme. See base.py for the interface they share."""
+
+from __future__ import annotations
+
+import importlib
+import urllib.parse
+
+from .base import Backend, BackendError, BackendFatal, BackendUnavailable, Candidate, Lease
+
+__all__ = [
+    "Backend",
+    "BackendError",
+    "BackendFatal",
+    "BackendUnavailable",
+    "Candidate",
+    "Lease",
+    "UnknownBackend",
+    "backend_from_url",
+    "redact_url",
+]
+
+# scheme -> (module, class); imported lazily so a SQLite daemon never loads asyncpg.
+_SCHEMES: dict[str, tuple[str, str]] = {
+    "sqlite": ("leaderd.backends.sqlite", "SQLiteBackend"),
+    "static": ("leaderd.backends.static", "StaticBackend"),
+    "postgresql": ("leaderd.backends.postgres", "PostgresLeaseBackend"),
+    "postgres": ("leaderd.backends.postgres", "PostgresLeaseBackend"),
+    "postgresql+advisory": ("leaderd.backends.advisory", "PostgresAdvisoryBackend"),
+    "postgres+advisory": ("leaderd.backends.advisory", "PostgresAdvisoryBackend"),
+}
+
+
+class UnknownBackend(ValueError):
+    """The URL names no backend this build knows (a configuration error)."""
+
+
+def redact_url(url: str) -> str:
+    """The URL with its password (and any password= query parameter) replaced by ***."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "<unparseable backend URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user, sep, _password = userinfo.partition(":")
+        netloc = f"{user}{':***' if sep else ''}@{hostport}"
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    redacted_query = [(k, "***" if k.lower() in ("password", "passfile") else v) for k, v in query]
+    return urllib.parse.urlunsplit(
+        (parts.scheme, netloc, parts.path, urllib.parse.urlencode(redacted_query), "")
+    )
+
+
+def backend_from_url(url: str) -> Backend:
+    """Build (not open) the backend a URL names; raise UnknownBackend or BackendFatal."""
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme not in _SCHEMES:
+        known = ", ".join(sorted({s + ":" for s in _SCHEMES}))
+        raise UnknownBackend(f"unknown backend {redact_url(url)!r}: expected one of {known}")
+    module_name, class_name = _SCHEMES[scheme]
+    cls: type[Backend] = getattr(importlib.import_module(module_name), class_name)
+    return cls.from_url(url)
