@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 from collections.abc import Sequence
 
@@ -62,10 +63,8 @@ class StaticBackend(Backend):
 
     async def wait_for_change(self, election: str, timeout: float) -> None:
         event = self._changed.setdefault(election, asyncio.Event())
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout)
-        except TimeoutError:
-            pass
 
     async def close(self) -> None:
         self._wake_all()

@@ -1,0 +1,402 @@
+"""The election engine: all policy (timing, self-fencing, state, events) for one election.
+
+Run is short: campaign with jitter, renew every renew_interval while leading, self-fence
+on the local monotonic deadline, and on stop publish "stopped", let the step-down hook
+stop the supervised child, then release. Answers never read a flag that a timer sets:
+``status()`` derives the role from the deadline at the moment it is asked (DESIGN §1.2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import random
+from collections.abc import Awaitable, Callable, Iterator
+
+from .backends.base import Backend, BackendError, Candidate, Lease
+from .clock import Clock, SystemClock
+from .status import ElectionStatus, LeaderInfo, Role
+from .timing import Timing
+
+log = logging.getLogger("leaderd.engine")
+
+# Awaited after this node stopped leading and before the lease is released.
+StepDownHook = Callable[[str], Awaitable[None]]
+ChangeListener = Callable[[ElectionStatus], None]
+
+_View = tuple[Role, LeaderInfo | None, int]
+_MIN_DELAY = 0.005  # never spin: even "at once" leaves the loop a breath
+_STALL_SLACK = 2.0  # how late a loop turn may be before /health reports a stall
+
+
+class Election:
+    """One election, as seen and contested by this node."""
+
+    def __init__(
+        self,
+        name: str,
+        candidate: Candidate,
+        timing: Timing,
+        backend: Backend,
+        clock: Clock | None = None,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self.name = name
+        self.candidate = candidate
+        self.timing = timing
+        self.step_down_hook: StepDownHook | None = None
+        self._backend = backend
+        self._clock: Clock = clock or SystemClock()
+        self._jitter = jitter
+        # What the backend last said, and the monotonic time the request was sent.
+        self._lease: Lease | None = None
+        self._seen_at = -math.inf
+        # Our hold: set only by a successful acquire/renew; the deadline self-fences it.
+        self._held_term: int | None = None
+        self._deadline = -math.inf
+        self._renewed_at = -math.inf
+        self._release_due: int | None = None
+        self._cooldown_until = -math.inf
+        self._stopping = False
+        self._why = "starting"
+        self.last_error: str | None = None
+        self.ready = False
+        self._turn_due = math.inf
+        # Published state: revision moves on every change of (role, leader, term).
+        self._published: tuple[Role, str | None, int] | None = None
+        self._revision = 0
+        self._changed_at = self._clock.wall()
+        self._changed = asyncio.Event()
+        self._poke = asyncio.Event()
+        self._listeners: list[ChangeListener] = []
+        self._streams: set[asyncio.Queue[ElectionStatus]] = set()
+        self._pollers = 0
+        self._refresh(self._clock.monotonic())
+
+    # ---- answers: each derives the role from the clock at the moment it is asked ----
+
+    def status(self) -> ElectionStatus:
+        now = self._clock.monotonic()
+        return self._snapshot(self._refresh(now), now)
+
+    def lease_left(self) -> float | None:
+        """Seconds before the self-fence deadline while leading; None otherwise."""
+        now = self._clock.monotonic()
+        role, _, _ = self._refresh(now)
+        return self._deadline - now if role is Role.LEADER else None
+
+    def health(self) -> str | None:
+        """None while the loop turns on time; else why it looks stalled."""
+        late = self._clock.monotonic() - self._turn_due
+        return f"election {self.name} loop stalled for {late:.1f}s" if late > 0 else None
+
+    @property
+    def watchers(self) -> int:
+        return self._pollers + len(self._streams)
+
+    def add_listener(self, listener: ChangeListener) -> None:
+        """Call ``listener`` synchronously with the new status on every revision."""
+        self._listeners.append(listener)
+
+    async def wait_for_change(self, revision: int | None, timeout: float) -> ElectionStatus:
+        """Long poll: the status once its revision differs from ``revision`` (or the
+        next change when None), or the current status after ``timeout`` seconds."""
+        status = self.status()
+        awaited = status.revision if revision is None else revision
+        self._pollers += 1
+        try:
+            async with asyncio.timeout(timeout):
+                while status.revision == awaited:
+                    await self._changed.wait()
+                    status = self.status()
+        except TimeoutError:
+            status = self.status()
+        finally:
+            self._pollers -= 1
+        return status
+
+    @contextlib.contextmanager
+    def stream(self) -> Iterator[asyncio.Queue[ElectionStatus]]:
+        """A queue that receives the current status, then one status per change."""
+        queue: asyncio.Queue[ElectionStatus] = asyncio.Queue(maxsize=256)
+        queue.put_nowait(self.status())
+        self._streams.add(queue)
+        try:
+            yield queue
+        finally:
+            self._streams.discard(queue)
+
+    # ---- actions ----
+
+    def resign(self, cooldown: float) -> None:
+        """Stop leading now, release at the loop's next turn, campaign again after cooldown."""
+        now = self._clock.monotonic()
+        self._cooldown_until = now + cooldown
+        if self._held_term is not None:
+            self._release_due, self._held_term = self._held_term, None
+            self._why = f"resigned, not campaigning for {cooldown:g}s"
+        self._refresh(now)
+        self._poke.set()
+
+    def stop(self) -> None:
+        """Publish "stopped" at once; ``run`` then runs the step-down hook and releases."""
+        self._stopping = True
+        self._why = "shutting down"
+        self._refresh(self._clock.monotonic())
+        self._poke.set()
+
+    async def run(self) -> None:
+        """Campaign until ``stop()``; then hand over: step-down hook, then release."""
+        start_jitter = self._jitter() * min(0.05, self.timing.retry_interval)
+        next_round = self._clock.monotonic() + start_jitter
+        while not self._stopping:
+            now = self._clock.monotonic()
+            self._refresh(now)  # publish role changes that time alone made (deadline passed)
+            if now >= next_round:
+                next_round = now + await self.round()
+                now = self._clock.monotonic()
+            wake_at = min(next_round, self._next_boundary(now))
+            self._turn_due = wake_at + self._request_timeout(wake_at) + _STALL_SLACK
+            if await self._wait(wake_at - now, follow=self._held_term is None):
+                next_round = self._clock.monotonic()
+        self._turn_due = math.inf
+        await self._hand_over()
+
+    async def round(self) -> float:
+        """One acquire-or-renew (an observe while cooling down); seconds to the next round."""
+        if self._release_due is not None:
+            await self._hand_over()
+        t_send = self._clock.monotonic()
+        campaigning = self._campaigning(t_send)
+        timeout = self._request_timeout(t_send)
+        wait = self._follow_period(self._lease) if campaigning and self._held_term is None else 0
+        self._turn_due = t_send + timeout + wait + _STALL_SLACK
+        try:
+            request = self._request(campaigning, timeout, wait)
+            lease = await asyncio.wait_for(request, timeout + wait)
+        except (BackendError, TimeoutError) as exc:
+            self._on_failure(exc)
+            return self._jittered(self.timing.retry_interval)
+        # A resign or stop that came while the request was in flight wins over its answer.
+        campaigning = campaigning and self._campaigning(self._clock.monotonic())
+        self._on_lease(lease, t_send, campaigning)
+        now = self._clock.monotonic()
+        if self._held_term is not None:
+            return max(_MIN_DELAY, t_send + self.timing.renew_interval - now)
+        delay = t_send + self._jittered(self._follow_period(lease)) - now
+        if not campaigning:
+            delay = min(delay, self._cooldown_until - now)
+        return max(_MIN_DELAY, delay)
+
+    # ---- the round's parts ----
+
+    async def _request(self, campaigning: bool, timeout: float, wait: float) -> Lease:
+        if not campaigning:
+            return await self._backend.observe(self.name)
+        return await self._backend.acquire_or_renew(
+            self.name, self.candidate, self.timing.ttl, timeout, wait
+        )
+
+    def _on_lease(self, lease: Lease, t_send: float, campaigning: bool) -> None:
+        self._lease, self._seen_at, self.last_error = lease, t_send, None
+        self.ready = True
+        me = self.candidate.node_id
+        if lease.held_by(me) and campaigning:
+            # A renewal that answers after a pause yields a deadline already past: fenced.
+            self._held_term, self._deadline, self._renewed_at = (
+                lease.term,
+                t_send + self.timing.lease_window,
+                t_send,
+            )
+            self._why = f"holding the lease, term {lease.term}"
+        elif lease.held_by(me):
+            # A request sent before resign/stop won the lease: give it back.
+            self._release_due, self._held_term = lease.term, None
+        else:
+            if self._held_term is not None:
+                self._why = f"{lease.holder or 'nobody'} holds the lease (term {lease.term})"
+            self._held_term = None
+        self._refresh(self._clock.monotonic())
+
+    def _on_failure(self, exc: BaseException) -> None:
+        reason = str(exc) or "request timed out"
+        self.last_error = reason
+        now = self._clock.monotonic()
+        if self._held_term is not None:
+            log.warning(
+                "renew of election %s failed: %s; deadline in %.1fs",
+                self.name,
+                reason,
+                self._deadline - now,
+                extra={"event": "renew_failed", "election": self.name, "reason": reason},
+            )
+        else:
+            log.warning(
+                "election %s: backend request failed: %s",
+                self.name,
+                reason,
+                extra={"event": "backend_error", "election": self.name, "reason": reason},
+            )
+        self._refresh(now)
+
+    async def _hand_over(self) -> None:
+        """After leadership ended voluntarily: stop the child, then release the lease."""
+        term = self._release_due if self._release_due is not None else self._held_term
+        if term is None and self._lease is not None and self._lease.held_by(self.candidate.node_id):
+            term = self._lease.term
+        self._release_due, self._held_term = None, None
+        self._refresh(self._clock.monotonic())
+        if self.step_down_hook is not None:
+            await self.step_down_hook(self.name)
+        if term is None:
+            return
+        try:
+            await asyncio.wait_for(
+                self._backend.release(self.name, self.candidate, term), self.timing.renew_interval
+            )
+        except (BackendError, TimeoutError) as exc:
+            log.warning(
+                "could not release election %s, term %d: %s; it expires by itself within ttl",
+                self.name,
+                term,
+                exc or "request timed out",
+                extra={"event": "release_failed", "election": self.name, "term": term},
+            )
+            return
+        log.info(
+            "released election %s, term %d",
+            self.name,
+            term,
+            extra={"event": "released", "election": self.name, "term": term},
+        )
+
+    async def _wait(self, timeout: float, follow: bool) -> bool:
+        """Sleep up to ``timeout``; True if woken early by a poke or a backend change."""
+        if timeout <= 0:
+            return False
+        waits: list[asyncio.Future[object]] = [asyncio.ensure_future(self._poke.wait())]
+        if follow:
+            waits.append(asyncio.ensure_future(self._backend.wait_for_change(self.name, timeout)))
+        done, pending = await asyncio.wait(
+            waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        for task in pending:
+            task.cancel()
+        # The backend call must be over before the next one starts (one call per election).
+        await asyncio.gather(*pending, return_exceptions=True)
+        self._poke.clear()
+        return bool(done)
+
+    # ---- derived state ----
+
+    def _campaigning(self, now: float) -> bool:
+        return not self._stopping and now >= self._cooldown_until
+
+    def _leading(self, now: float) -> bool:
+        return self._held_term is not None and not self._stopping and now < self._deadline
+
+    def _request_timeout(self, now: float) -> float:
+        if self._held_term is not None and self._deadline > now:
+            return max(_MIN_DELAY, self._deadline - now)
+        return self.timing.renew_interval
+
+    def _follow_period(self, lease: Lease | None) -> float:
+        """How long a follower may sleep: until the lease could expire, at most renew_interval."""
+        period = self.timing.renew_interval
+        if lease is not None and lease.holder is not None and lease.expires_in is not None:
+            period = min(period, lease.expires_in)
+        return max(_MIN_DELAY, period)
+
+    def _jittered(self, delay: float) -> float:
+        return delay + min(delay * 0.2, self.timing.retry_interval / 2) * self._jitter()
+
+    def _next_boundary(self, now: float) -> float:
+        """The next instant at which the derived role changes with no request at all."""
+        edges = [self._deadline, self._seen_at + self.timing.ttl]
+        if self._lease is not None and self._lease.expires_in is not None:
+            edges.append(self._seen_at + self._lease.expires_in)
+        return min((t for t in edges if t > now), default=math.inf)
+
+    def _view(self, now: float) -> _View:
+        lease = self._lease
+        term = lease.term if lease is not None else 0
+        if self._stopping:
+            return Role.STOPPED, None, term
+        if self._leading(now) and lease is not None:
+            me = self.candidate
+            info = LeaderInfo(me.node_id, me.address, lease.term, lease.acquired_at)
+            return Role.LEADER, info, lease.term
+        # Fail closed: knowledge older than one ttl, or our own lapsed hold, names nobody.
+        if lease is None or now - self._seen_at >= self.timing.ttl or self._held_term is not None:
+            return Role.UNKNOWN, None, term
+        expired = lease.expires_in is not None and now >= self._seen_at + lease.expires_in
+        if lease.holder is None or lease.held_by(self.candidate.node_id) or expired:
+            return Role.FOLLOWER, None, term
+        info = LeaderInfo(lease.holder, lease.address, lease.term, lease.acquired_at)
+        return Role.FOLLOWER, info, term
+
+    def _snapshot(self, view: _View, now: float) -> ElectionStatus:
+        role, leader, term = view
+        return ElectionStatus(
+            election=self.name,
+            node_id=self.candidate.node_id,
+            role=role,
+            leader=leader,
+            term=term,
+            ttl=self.timing.ttl,
+            valid_for=self._deadline - now if role is Role.LEADER else None,
+            revision=self._revision,
+            changed_at=self._changed_at,
+        )
+
+    def _refresh(self, now: float) -> _View:
+        """Derive the view; on a change of role, leader or term, publish a new revision."""
+        view = self._view(now)
+        role, leader, term = view
+        key = (role, leader.node_id if leader else None, term)
+        if key == self._published:
+            return view
+        previous, self._published = self._published, key
+        self._revision += 1
+        self._changed_at = self._clock.wall()
+        self._log_change(previous[0] if previous else None, view, now)
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+        status = self._snapshot(view, now)
+        for queue in self._streams:
+            _offer(queue, status)
+        for listener in self._listeners:
+            listener(status)
+        return view
+
+    def _log_change(self, previous: Role | None, view: _View, now: float) -> None:
+        role, leader, term = view
+        holder = leader.node_id if leader else None
+        if role is Role.LEADER:
+            sentence = f"acquired election {self.name}, term {term}"
+        elif previous is Role.LEADER:
+            why = self._why
+            if self._held_term is not None and now >= self._deadline:
+                why = f"no successful renewal for {now - self._renewed_at:.1f}s, deadline passed"
+            sentence = f"stepping down from election {self.name}, term {term}: {why}"
+        elif role is Role.STOPPED:
+            sentence = f"stopped campaigning in election {self.name}"
+        elif role is Role.UNKNOWN:
+            why = self.last_error or "no answer from the backend yet"
+            sentence = f"leader of election {self.name} unknown: {why}"
+        elif leader is not None:
+            sentence = f"following {holder} in election {self.name}, term {term}"
+        else:
+            sentence = f"election {self.name} has no leader"
+        level = logging.DEBUG if previous is None else logging.INFO
+        extra = {"event": role.value, "election": self.name, "term": term, "holder": holder}
+        log.log(level, sentence, extra=extra)
+
+
+def _offer(queue: asyncio.Queue[ElectionStatus], status: ElectionStatus) -> None:
+    """Queue a change for a stream; a reader that fell far behind loses the oldest."""
+    if queue.full():
+        queue.get_nowait()
+    queue.put_nowait(status)
