@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 import math
 import random
@@ -62,6 +63,7 @@ class Election:
         self._stopping = False
         self._why = "starting"
         self.last_error: str | None = None
+        self.last_contact: dt.datetime | None = None
         self.ready = False
         self._turn_due = math.inf
         # Published state: revision moves on every change of (role, leader, term).
@@ -201,7 +203,7 @@ class Election:
 
     def _on_lease(self, lease: Lease, t_send: float, campaigning: bool) -> None:
         self._lease, self._seen_at, self.last_error = lease, t_send, None
-        self.ready = True
+        self.last_contact, self.ready = self._clock.wall(), True
         me = self.candidate.node_id
         if lease.held_by(me) and campaigning:
             # A renewal that answers after a pause yields a deadline already past: fenced.
