@@ -1,0 +1,221 @@
+"""The command line (DESIGN §4): run the daemon, or ask a running one.
+
+Exit codes: run: 0 clean stop, 1 runtime failure, 2 bad usage or configuration.
+status: 0 leader, 1 not leader, 2 usage, 3 daemon unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from . import __version__, client
+from .config import Config, ConfigError, client_socket, load
+
+EXIT_OK, EXIT_NOT_LEADER, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+COMMANDS = ("run", "status", "watch", "resign", "check-config")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
+    if "--" in args:
+        split = args.index("--")
+        args, command = args[:split], args[split + 1 :]
+    if not args or (args[0] not in COMMANDS and args[0] not in ("-h", "--help", "--version")):
+        args = ["run", *args]  # a bare `leaderd [options]` runs the daemon
+    parsed = _parser().parse_args(args)
+    if parsed.command is None:
+        _parser().print_help()
+        return EXIT_USAGE
+    if command and parsed.command != "run":
+        print(f"leaderd {parsed.command}: '-- COMMAND' only goes with run", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        if parsed.command == "run":
+            return _run(parsed, command)
+        handler = {
+            "check-config": _check_config,
+            "status": _status,
+            "watch": _watch,
+            "resign": _resign,
+        }[parsed.command]
+        return handler(parsed)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="leaderd", description="Leader election sidecar.")
+    parser.add_argument("--version", action="version", version=f"leaderd {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = sub.add_parser("run", help="run the daemon (the default) [-- COMMAND [ARG...]]")
+    _daemon_options(run)
+    check = sub.add_parser("check-config", help="validate the configuration and exit")
+    _daemon_options(check)
+    status = sub.add_parser("status", help="who leads; exit 0 if this node does")
+    _client_options(status)
+    status.add_argument("--json", action="store_true", help="print the JSON answer")
+    status.add_argument("-q", "--quiet", action="store_true", help="print nothing")
+    watch = sub.add_parser("watch", help="print one line per change")
+    _client_options(watch)
+    watch.add_argument("--json", action="store_true", help="print one JSON object per change")
+    resign = sub.add_parser("resign", help="step down now")
+    _client_options(resign)
+    resign.add_argument("--cooldown", type=float, default=0.0, metavar="S")
+    resign.add_argument("--json", action="store_true", help="print the JSON answer")
+    return parser
+
+
+def _daemon_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-c", "--config", dest="config_file", metavar="FILE")
+    p.add_argument("--backend", metavar="URL")
+    p.add_argument("--election", dest="elections", action="append", metavar="NAME")
+    p.add_argument("--node-id", metavar="ID")
+    p.add_argument("--address", metavar="ADDR")
+    p.add_argument("--socket", metavar="PATH")
+    p.add_argument("--socket-mode", metavar="MODE")
+    p.add_argument("--listen", metavar="HOST:PORT")
+    for name in ("ttl", "renew-interval", "retry-interval", "clock-drift", "safety-margin"):
+        p.add_argument(f"--{name}", type=float, metavar="S")
+    p.add_argument("--shutdown-timeout", type=float, metavar="S")
+    p.add_argument("--kill-grace", type=float, metavar="S")
+    p.add_argument("--on-exit", choices=("release", "restart"))
+    p.add_argument("--log-format", choices=("text", "json"))
+    p.add_argument("--log-level", metavar="LEVEL")
+
+
+def _client_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--socket", metavar="PATH")
+    p.add_argument("--election", metavar="NAME")
+
+
+def _config(args: argparse.Namespace, command: list[str]) -> Config:
+    config = load(vars(args), file=args.config_file)
+    if command and len(config.elections) != 1:
+        names = ", ".join(e.name for e in config.elections)
+        raise ConfigError(f"run -- COMMAND takes exactly one election (got {names})")
+    return config
+
+
+def _run(args: argparse.Namespace, command: list[str]) -> int:
+    try:
+        config = _config(args, command)
+    except ConfigError as exc:
+        print(f"leaderd: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    from . import daemon, logs
+
+    logs.setup(config.log_format, config.log_level)
+    return daemon.run(config, command or None)
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    from .backends import UnknownBackend, backend_from_url, redact_url
+
+    try:
+        config = _config(args, [])
+        backend_from_url(config.backend)
+    except (ConfigError, UnknownBackend, ValueError) as exc:
+        print(f"leaderd: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"config ok: node {config.node_id}, backend {redact_url(config.backend)}")
+    print(f"socket {config.socket}, listen {config.listen or 'off'}")
+    for e in config.elections:
+        t = e.timing
+        timing = f"ttl {t.ttl:g}s, renew {t.renew_interval:g}s, retry {t.retry_interval:g}s"
+        print(f"election {e.name}: {timing}")
+    return EXIT_OK
+
+
+def _status(args: argparse.Namespace) -> int:
+    path = client_socket(args.socket)
+    try:
+        code, body = client.request(path, "GET", client.election_path("/leader", args.election))
+        if code in (200, 503) and not args.quiet and not args.json:
+            _, node = client.request(path, "GET", "/status")
+    except client.Unreachable as exc:
+        return _fail(exc, EXIT_UNREACHABLE, args.quiet)
+    if code not in (200, 503):
+        return _fail(_error_message(body), EXIT_USAGE, args.quiet)
+    if args.json:
+        sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif not args.quiet:
+        elections = node["elections"].values()
+        shown = [s for s in elections if args.election in (None, s["election"])]
+        sys.stdout.write(_table(shown))
+    return EXIT_OK if code == 200 else EXIT_NOT_LEADER
+
+
+def _watch(args: argparse.Namespace) -> int:
+    path = client_socket(args.socket)
+    url = client.election_path("/watch", args.election, stream=1)
+    try:
+        for code, status in client.stream(path, url):
+            if code != 200:
+                return _fail(_error_message(status), EXIT_USAGE, False)
+            line = orjson.dumps(status).decode() if args.json else _line(status)
+            print(line, flush=True)
+    except client.Unreachable as exc:
+        return _fail(exc, EXIT_UNREACHABLE, False)
+    return EXIT_OK
+
+
+def _resign(args: argparse.Namespace) -> int:
+    path = client_socket(args.socket)
+    url = client.election_path("/resign", args.election, cooldown=f"{args.cooldown:g}")
+    try:
+        code, body = client.request(path, "POST", url)
+    except client.Unreachable as exc:
+        return _fail(exc, EXIT_UNREACHABLE, False)
+    if code != 200:
+        return _fail(_error_message(body), EXIT_USAGE, False)
+    print(orjson.dumps(body).decode() if args.json else _line(body))
+    return EXIT_OK
+
+
+def _table(statuses: list[dict[str, Any]]) -> str:
+    header = ("ELECTION", "ROLE", "LEADER", "ADDRESS", "TERM", "LEASE LEFT", "SINCE")
+    rows = [header]
+    for s in statuses:
+        leader = s["leader"] or {}
+        lease = f"{s['lease']['valid_for_ms'] / 1000:.1f}s" if s["lease"] else "-"
+        rows.append(
+            (
+                s["election"],
+                s["role"],
+                leader.get("node_id") or "-",
+                leader.get("address") or "-",
+                str(s["term"]),
+                lease,
+                s["changed_at"],
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in rows
+    )
+
+
+def _line(s: dict[str, Any]) -> str:
+    leader = (s.get("leader") or {}).get("node_id") or "none"
+    return (
+        f"{s['changed_at']} {s['election']} revision {s['revision']}: {s['role']}, "
+        f"leader {leader}, term {s['term']}"
+    )
+
+
+def _error_message(body: Any) -> str:
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        return str(body["error"].get("message", body["error"]))
+    return f"unexpected answer: {body!r}"
+
+
+def _fail(message: object, code: int, quiet: bool) -> int:
+    if not quiet:
+        print(f"leaderd: {message}", file=sys.stderr)
+    return code

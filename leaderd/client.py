@@ -1,0 +1,76 @@
+"""A tiny HTTP-over-Unix-socket client for the status, watch and resign commands.
+
+Standard library only: the commands start in milliseconds and import no event loop.
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import urllib.parse
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+
+class Unreachable(OSError):
+    """No daemon answers on the socket (exit code 3)."""
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float | None) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+def election_path(base: str, election: str | None, **query: Any) -> str:
+    path = base + (f"/{urllib.parse.quote(election, safe='')}" if election else "")
+    params = {k: v for k, v in query.items() if v is not None}
+    return path + ("?" + urllib.parse.urlencode(params) if params else "")
+
+
+def request(
+    socket_path: str, method: str, path: str, timeout: float | None = 10.0
+) -> tuple[int, Any]:
+    """One request; (status code, decoded JSON body). Raise Unreachable if nobody answers."""
+    conn = _UnixConnection(socket_path, timeout)
+    try:
+        conn.request(method, path, headers={"Accept": "application/json"})
+        response = conn.getresponse()
+        body = response.read()
+    except (OSError, http.client.HTTPException) as exc:
+        raise Unreachable(f"no leaderd answers on {socket_path}: {_why(exc)}") from None
+    finally:
+        conn.close()
+    return response.status, orjson.loads(body) if body else None
+
+
+def stream(socket_path: str, path: str) -> Iterator[tuple[int, Any]]:
+    """Follow an NDJSON stream: yields (status code, decoded line) until the daemon ends it."""
+    conn = _UnixConnection(socket_path, None)
+    try:
+        conn.request("GET", path, headers={"Accept": "application/x-ndjson"})
+        response = conn.getresponse()
+        if response.status != 200:
+            yield response.status, orjson.loads(response.read() or b"null")
+            return
+        for line in response:
+            if line.strip():
+                yield 200, orjson.loads(line)
+    except (OSError, http.client.HTTPException) as exc:
+        raise Unreachable(f"no leaderd answers on {socket_path}: {_why(exc)}") from None
+    finally:
+        conn.close()
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__

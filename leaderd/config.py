@@ -1,0 +1,258 @@
+"""Configuration: flags > environment > TOML file > defaults (DESIGN §4), validated once.
+
+Every problem is a ConfigError whose message is one line an operator can act on;
+the command line turns it into exit code 2.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from .timing import Timing, TimingError
+
+DEFAULT_CONFIG_FILE = "/etc/leaderd/leaderd.toml"
+SOCKET_NAME = "leaderd.sock"
+_ELECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_TIMING_KEYS = tuple(f.name for f in fields(Timing))
+_TOP_KEYS = {
+    "node_id", "address", "backend", "socket", "socket_mode", "listen", "log_format",
+    "log_level", "shutdown_timeout", "kill_grace", "on_exit", "defaults", "elections",
+}  # fmt: skip
+# (setting, environment variable); timing settings also come from LEADERD_<NAME>.
+_ENV = {
+    "node_id": "LEADERD_NODE_ID",
+    "address": "LEADERD_ADDRESS",
+    "backend": "LEADERD_BACKEND",
+    "socket": "LEADERD_SOCKET",
+    "socket_mode": "LEADERD_SOCKET_MODE",
+    "listen": "LEADERD_LISTEN",
+    "log_format": "LEADERD_LOG_FORMAT",
+    "log_level": "LEADERD_LOG_LEVEL",
+    "shutdown_timeout": "LEADERD_SHUTDOWN_TIMEOUT",
+    "kill_grace": "LEADERD_KILL_GRACE",
+    "on_exit": "LEADERD_ON_EXIT",
+    **{key: f"LEADERD_{key.upper()}" for key in _TIMING_KEYS},
+}
+
+
+class ConfigError(ValueError):
+    """Bad configuration; the message is one line naming the setting and the rule."""
+
+
+@dataclass(frozen=True, slots=True)
+class ElectionConfig:
+    name: str
+    timing: Timing
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    node_id: str
+    address: str
+    backend: str
+    socket: str
+    socket_mode: int
+    listen: tuple[str, int] | None
+    log_format: str
+    log_level: str
+    shutdown_timeout: float
+    kill_grace: float
+    on_exit: str
+    elections: tuple[ElectionConfig, ...]
+    config_file: str | None
+
+
+def load(
+    flags: Mapping[str, Any], env: Mapping[str, str] | None = None, *, file: str | None = None
+) -> Config:
+    """Merge flags (None means "not given"), environment and the TOML file, and validate."""
+    env = os.environ if env is None else env
+    path = file or env.get("LEADERD_CONFIG") or _existing(DEFAULT_CONFIG_FILE)
+    toml = read_toml(path) if path else {}
+    settings = {k: v for k, v in toml.items() if k not in ("defaults", "elections")}
+    settings.update({k: env[var] for k, var in _ENV.items() if env.get(var, "") != ""})
+    settings.update({k: v for k, v in flags.items() if v is not None and k in _ENV})
+    elections = _elections(flags, env, toml, settings)
+    return Config(
+        node_id=_node_id(settings, env),
+        address=str(settings.get("address", "")),
+        backend=str(settings.get("backend") or default_backend(env)),
+        socket=str(settings.get("socket") or default_socket(env)),
+        socket_mode=_mode(settings.get("socket_mode", "0660")),
+        listen=_listen(settings.get("listen")),
+        log_format=_choice("log_format", settings.get("log_format", "text"), ("text", "json")),
+        log_level=_log_level(settings.get("log_level", "info")),
+        shutdown_timeout=_seconds("shutdown_timeout", settings.get("shutdown_timeout", 10)),
+        kill_grace=_kill_grace(settings.get("kill_grace", 5), elections),
+        on_exit=_choice("on_exit", settings.get("on_exit", "release"), ("release", "restart")),
+        elections=elections,
+        config_file=path,
+    )
+
+
+def read_toml(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise ConfigError(f"config file {path}: unknown setting {unknown[0]!r}")
+    return data
+
+
+def client_socket(flag: str | None, env: Mapping[str, str] | None = None) -> str:
+    """The socket the status/watch/resign commands talk to: flag, env, config file, default."""
+    env = os.environ if env is None else env
+    if flag:
+        return flag
+    if env.get("LEADERD_SOCKET"):
+        return env["LEADERD_SOCKET"]
+    path = env.get("LEADERD_CONFIG") or _existing(DEFAULT_CONFIG_FILE)
+    if path:
+        try:
+            configured = read_toml(path).get("socket")
+        except ConfigError:
+            configured = None
+        if configured:
+            return str(configured)
+    return default_socket(env)
+
+
+def default_socket(env: Mapping[str, str]) -> str:
+    if env.get("RUNTIME_DIRECTORY"):
+        return str(Path(env["RUNTIME_DIRECTORY"].split(":")[0]) / SOCKET_NAME)
+    if os.geteuid() == 0:
+        return f"/run/leaderd/{SOCKET_NAME}"
+    if env.get("XDG_RUNTIME_DIR"):
+        return str(Path(env["XDG_RUNTIME_DIR"]) / SOCKET_NAME)
+    return f"/tmp/leaderd-{os.geteuid()}/{SOCKET_NAME}"
+
+
+def default_backend(env: Mapping[str, str]) -> str:
+    if env.get("STATE_DIRECTORY"):
+        state = Path(env["STATE_DIRECTORY"].split(":")[0])
+    elif os.geteuid() == 0:
+        state = Path("/var/lib/leaderd")
+    else:
+        home = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        state = Path(home) / "leaderd"
+    return f"sqlite://{state / 'leaderd.db'}"
+
+
+def _elections(
+    flags: Mapping[str, Any],
+    env: Mapping[str, str],
+    toml: Mapping[str, Any],
+    settings: Mapping[str, Any],
+) -> tuple[ElectionConfig, ...]:
+    table = toml.get("elections", {})
+    names: list[str] = list(flags.get("elections") or [])
+    if not names and env.get("LEADERD_ELECTIONS"):
+        names = [n.strip() for n in env["LEADERD_ELECTIONS"].split(",") if n.strip()]
+    names = names or list(table) or ["default"]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"election named twice in {names}")
+    base = {**toml.get("defaults", {})}
+    result = []
+    for name in names:
+        if not _ELECTION_NAME.match(name):
+            raise ConfigError(
+                f"election name {name!r} must be 1-128 letters, digits, '.', '_' or '-'"
+            )
+        # flags and env beat the file, even the file's per-election values
+        layered = {
+            **base,
+            **table.get(name, {}),
+            **{k: settings[k] for k in _TIMING_KEYS if k in settings},
+        }
+        result.append(ElectionConfig(name, _timing(name, layered)))
+    return tuple(result)
+
+
+def _timing(name: str, raw: Mapping[str, Any]) -> Timing:
+    unknown = sorted(set(raw) - set(_TIMING_KEYS))
+    if unknown:
+        raise ConfigError(f"election {name}: unknown setting {unknown[0]!r}")
+    values = {key: _seconds(key, value) for key, value in raw.items()}
+    timing = Timing(**values)
+    try:
+        timing.validate(name)
+    except TimingError as exc:
+        raise ConfigError(str(exc)) from None
+    return timing
+
+
+def _node_id(settings: Mapping[str, Any], env: Mapping[str, str]) -> str:
+    node_id = str(settings.get("node_id") or env.get("HOSTNAME") or socket.gethostname())
+    if not node_id or len(node_id) > 253 or any(c.isspace() for c in node_id):
+        raise ConfigError(f"node_id {node_id!r} must be 1-253 characters without spaces")
+    return node_id
+
+
+def _seconds(key: str, value: Any) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key} must be a number of seconds (got {value!r})") from None
+    if seconds != seconds or seconds < 0 or seconds == float("inf"):
+        raise ConfigError(f"{key} must be a finite number >= 0 (got {value!r})")
+    return seconds
+
+
+def _mode(value: Any) -> int:
+    try:
+        mode = value if isinstance(value, int) else int(str(value), 8)
+    except ValueError:
+        raise ConfigError(f"socket_mode must be octal like 0660 (got {value!r})") from None
+    if not 0 <= mode <= 0o777:
+        raise ConfigError(f"socket_mode must be between 0000 and 0777 (got {value!r})")
+    return mode
+
+
+def _listen(value: Any) -> tuple[str, int] | None:
+    if value in (None, ""):
+        return None
+    host, sep, port = str(value).rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"listen must be HOST:PORT, e.g. 0.0.0.0:4040 (got {value!r})")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ConfigError(f"{key} must be one of {', '.join(allowed)} (got {value!r})")
+    return str(value)
+
+
+def _log_level(value: Any) -> str:
+    level = str(value).lower()
+    return _choice("log_level", level, ("debug", "info", "warning", "error"))
+
+
+def _kill_grace(value: Any, elections: tuple[ElectionConfig, ...]) -> float:
+    grace = _seconds("kill_grace", value)
+    for election in elections:
+        room = election.timing.ttl - election.timing.renew_interval
+        if not grace < room:
+            raise ConfigError(
+                f"election {election.name}: kill_grace ({grace:g}s) must be less than "
+                f"ttl - renew_interval ({room:g}s), so the child is dead before the lease expires"
+            )
+    return grace
+
+
+def _existing(path: str) -> str | None:
+    return path if os.path.exists(path) else None

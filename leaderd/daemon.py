@@ -1,0 +1,264 @@
+"""Daemon wiring: backend, elections, HTTP listeners, systemd, signals and ordered shutdown.
+
+Shutdown order (DESIGN §1.7), bounded by shutdown_timeout: STOPPING=1, publish
+"stopped" to every watcher, stop the supervised child, release each lease (which
+wakes the standbys), close the listeners, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import Callable
+
+from aiohttp import web
+
+from . import __version__
+from .api import build_app
+from .backends import Backend, BackendFatal, BackendUnavailable, Candidate, backend_from_url
+from .config import Config
+from .engine import Election
+from .listener import SocketInUse, SocketPathError, UnixListener
+from .metrics import Metrics
+from .node import Node
+from .systemd import Notifier, listen_fds
+
+log = logging.getLogger("leaderd")
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+
+class Daemon:
+    def __init__(self, config: Config, command: list[str] | None = None) -> None:
+        self.config = config
+        self.command = command
+        self.notifier = Notifier()
+        self.metrics = Metrics()
+        self.exit_code = EXIT_OK
+        self._stop = asyncio.Event()
+        self._runners: list[web.AppRunner] = []
+        self._unix: UnixListener | None = None
+        self._activated: list[socket.socket] = []
+        self._ready_sent = False
+        self._forward: Callable[[int], None] | None = None
+        self._signals = 0
+
+    async def run(self) -> int:
+        """Serve until a signal (or the supervised child) ends it; return the exit code."""
+        cfg = self.config
+        sock_path = cfg.socket
+        log.info(
+            "leaderd %s on %s; try: curl --unix-socket %s http://localhost/leader",
+            __version__,
+            sock_path,
+            sock_path,
+            extra={"event": "starting"},
+        )
+        try:
+            self._unix = self._bind_unix()
+        except (SocketInUse, SocketPathError) as exc:
+            log.error("%s", exc, extra={"event": "socket_error"})
+            return EXIT_USAGE
+        backend = self.metrics.wrap(backend_from_url(cfg.backend))
+        try:
+            if not await self._open_backend(backend):
+                return EXIT_FAILURE
+            node = self._build_node(backend)
+            await self._serve(node)
+            tasks = [asyncio.create_task(e.run()) for e in node.elections.values()]
+            helpers = self._start_helpers(node)
+            self._install_signal_handlers()
+            await self._until_stopped(tasks + helpers)
+            await self._shut_down(node, tasks, helpers)
+        finally:
+            await self._close(backend)
+        return self.exit_code
+
+    def request_stop(self, exit_code: int = EXIT_OK) -> None:
+        if not self._stop.is_set():
+            self.exit_code = exit_code
+            self._stop.set()
+
+    async def _open_backend(self, backend: Backend) -> bool:
+        names = [e.name for e in self.config.elections]
+        try:
+            await backend.open(names)
+        except BackendFatal as exc:
+            log.error("cannot use backend %s: %s", backend.description, exc)
+            return False
+        except BackendUnavailable as exc:
+            log.warning(
+                "backend %s unreachable at start (%s); retrying in every round",
+                backend.description,
+                exc,
+            )
+        log.info("backend %s, elections %s", backend.description, ", ".join(names))
+        return True
+
+    def _build_node(self, backend: Backend) -> Node:
+        cfg = self.config
+        candidate = Candidate(cfg.node_id, cfg.address)
+        elections = {e.name: Election(e.name, candidate, e.timing, backend) for e in cfg.elections}
+        node = Node(cfg.node_id, backend, elections)
+        self.metrics.watch(node)
+        for election in elections.values():
+            election.add_listener(lambda _status: self._on_change(node))
+        return node
+
+    def _on_change(self, node: Node) -> None:
+        if node.ready and not self._ready_sent:
+            self._ready_sent = True
+            self.notifier.ready(node.summary())
+            log.info("ready: %s", node.summary(), extra={"event": "ready"})
+        elif self.notifier.enabled:
+            self.notifier.status(node.summary())
+
+    async def _serve(self, node: Node) -> None:
+        cfg = self.config
+        assert self._unix is not None
+        await self._site(build_app(node, metrics=self.metrics), self._unix.sock)
+        tcp = [s for s in self._activated if s.family in (socket.AF_INET, socket.AF_INET6)]
+        for sock in tcp:
+            await self._site(build_app(node, metrics=self.metrics, read_only=True), sock)
+        if cfg.listen and not tcp:
+            host, port = cfg.listen
+            runner = web.AppRunner(
+                build_app(node, metrics=self.metrics, read_only=True), access_log=None
+            )
+            await runner.setup()
+            await web.TCPSite(runner, host, port, reuse_address=True).start()
+            self._runners.append(runner)
+            log.info("read-only listener on %s:%d", host, port)
+
+    def _bind_unix(self) -> UnixListener:
+        """The socket systemd passed us (socket activation), else our own at cfg.socket."""
+        self._activated = listen_fds()
+        unix = [s for s in self._activated if s.family == socket.AF_UNIX]
+        if unix:
+            return UnixListener.adopt(unix[0])
+        return UnixListener.bind(self.config.socket, self.config.socket_mode)
+
+    async def _site(self, app: web.Application, sock: socket.socket) -> None:
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        await web.SockSite(runner, sock).start()
+        self._runners.append(runner)
+
+    def _start_helpers(self, node: Node) -> list[asyncio.Task[None]]:
+        helpers = []
+        if self.notifier.watchdog_interval:
+            helpers.append(
+                asyncio.create_task(self._watchdog(node, self.notifier.watchdog_interval))
+            )
+        if self.command:
+            helpers.append(asyncio.create_task(self._supervise(node)))
+        return helpers
+
+    async def _supervise(self, node: Node) -> None:
+        from .supervisor import ChildStartError, Supervisor
+
+        election = node.election(None)
+        assert election is not None  # config makes run -- COMMAND take one election
+        assert self.command is not None
+        supervisor = Supervisor(
+            self.command,
+            election,
+            kill_grace=self.config.kill_grace,
+            on_exit=self.config.on_exit,
+            socket_path=self._unix.path if self._unix else self.config.socket,
+        )
+        election.step_down_hook = supervisor.stop_child
+        self._forward = supervisor.forward
+        try:
+            code = await supervisor.run()
+        except ChildStartError as exc:
+            log.error("%s", exc, extra={"event": "child_failed"})
+            self.request_stop(EXIT_USAGE)
+            return
+        if code is not None:
+            self.request_stop(code)
+
+    async def _watchdog(self, node: Node, interval: float) -> None:
+        """Ping systemd only while every election loop turns: a stall gets us restarted."""
+        while True:
+            reason = node.health()
+            if reason is None:
+                self.notifier.watchdog()
+            else:
+                log.warning("withholding watchdog ping: %s", reason)
+            await asyncio.sleep(interval)
+
+    def _install_signal_handlers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._on_stop_signal, signum)
+        for signum in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+            loop.add_signal_handler(signum, self._on_forward_signal, signum)
+
+    def _on_stop_signal(self, signum: int) -> None:
+        self._signals += 1
+        name = signal.Signals(signum).name
+        if self._signals == 1:
+            log.info("received %s: handing over", name, extra={"event": "stopping"})
+            self.request_stop(EXIT_OK)
+        else:
+            # A second signal must not skip the release: the hand-over is bounded anyway.
+            log.info(
+                "received %s again: still handing over, at most %gs",
+                name,
+                self.config.shutdown_timeout,
+            )
+
+    def _on_forward_signal(self, signum: int) -> None:
+        if self._forward is not None:
+            self._forward(signum)
+
+    async def _until_stopped(self, tasks: list[asyncio.Task[None]]) -> None:
+        stop = asyncio.create_task(self._stop.wait())
+        done, _ = await asyncio.wait([stop, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task is not stop and not task.cancelled() and task.exception():
+                log.error("internal failure: %r", task.exception(), exc_info=task.exception())
+                self.request_stop(EXIT_FAILURE)
+        stop.cancel()
+
+    async def _shut_down(
+        self, node: Node, tasks: list[asyncio.Task[None]], helpers: list[asyncio.Task[None]]
+    ) -> None:
+        self.notifier.stopping("handing over")
+        for election in node.elections.values():
+            election.stop()
+        timeout = self.config.shutdown_timeout
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.gather(*tasks, return_exceptions=True)
+        except TimeoutError:
+            log.error("hand-over took longer than shutdown_timeout (%gs); exiting anyway", timeout)
+            self.exit_code = self.exit_code or EXIT_FAILURE
+        for task in (*tasks, *helpers):
+            task.cancel()
+        await asyncio.gather(*tasks, *helpers, return_exceptions=True)
+        log.info("stopped", extra={"event": "stopped"})
+
+    async def _close(self, backend: Backend) -> None:
+        for runner in reversed(self._runners):
+            with contextlib.suppress(Exception):
+                await runner.cleanup()
+        if self._unix is not None:
+            self._unix.remove()
+        with contextlib.suppress(Exception):
+            await backend.close()
+        self.notifier.close()
+
+
+def run(config: Config, command: list[str] | None = None) -> int:
+    """Run the daemon on uvloop when available; return the process exit code."""
+    daemon = Daemon(config, command)
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(daemon.run())
+    return uvloop.run(daemon.run())
