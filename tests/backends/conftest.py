@@ -1,0 +1,170 @@
+"""The backend registry the contract suite runs against: one entry per backend.
+
+Each entry says how to make a fresh, empty store (a SQLite file, a PostgreSQL table) for
+one test, how to make a holder's lease lapse, and which contract features it lacks.
+``store.new()`` opens a new backend instance on that store; each instance stands for a
+separate daemon. Every test of test_contract.py runs once per entry.
+
+To add a backend, register one more entry, e.g. for PostgreSQL::
+
+    @register("postgresql", marks=(pytest.mark.postgres,))
+    async def _postgresql(request: pytest.FixtureRequest) -> str:
+        server = request.getfixturevalue("pg_server")  # the session-scoped server
+        return server.url + f"?table=lease_{uuid.uuid4().hex[:8]}"
+
+    @register("postgresql+advisory", expire=expire_by_closing, marks=(pytest.mark.postgres,),
+              lacks={"ttl": "an advisory lock held by a live session has no expiry time"})
+    async def _advisory(request: pytest.FixtureRequest) -> str: ...
+
+(and import the fixture the URL function needs, e.g. ``from tests.pg_fixtures import
+pg_server``, at the top of this file so pytest can find it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+import pytest
+
+from leaderd.backends import Backend, backend_from_url
+
+# Elections every instance opens; tests use these names.
+ELECTIONS = ("default", "other")
+# The ttl of a lease a test wants to see lapse; long enough to outlive a slow request.
+SHORT_TTL = 0.4
+# The ttl of a lease that must not lapse during a test.
+LONG_TTL = 60.0
+
+# Contract features a backend may lack; an entry names what it lacks and why.
+EXPIRY = "expiry"  # a holder's lease can lapse (store.expire)
+TTL = "ttl"  # expires_in reports the seconds left of the ttl
+DURABLE = "durable"  # terms survive closing every instance and opening a new one
+
+
+async def expire_by_ttl(store: Store, holder: Backend, election: str) -> Backend:
+    """Lease backends: the lease was taken with SHORT_TTL; wait until it has lapsed."""
+    await asyncio.sleep(SHORT_TTL * 1.5)
+    return holder
+
+
+async def expire_by_closing(store: Store, holder: Backend, election: str) -> Backend:
+    """Session backends (advisory lock): the lease ends with the holder's connection."""
+    await holder.close()
+    return await store.new()  # the holder's node carries on with a new session
+
+
+# (store, holder's instance, election) -> the instance the holder's node uses afterwards.
+Expire = Callable[["Store", Backend, str], Awaitable[Backend]]
+
+
+@dataclass
+class Entry:
+    url: Callable[[pytest.FixtureRequest], Awaitable[str]]
+    expire: Expire = expire_by_ttl
+    lacks: Mapping[str, str] = field(default_factory=dict)
+    marks: tuple[pytest.MarkDecorator, ...] = ()
+    # The store lives inside one instance (static): every "daemon" is that instance.
+    single_instance: bool = False
+
+
+BACKENDS: dict[str, Entry] = {}
+
+
+def register(
+    name: str,
+    *,
+    expire: Expire = expire_by_ttl,
+    lacks: Mapping[str, str] | None = None,
+    marks: tuple[pytest.MarkDecorator, ...] = (),
+    single_instance: bool = False,
+) -> Callable[[Callable[[pytest.FixtureRequest], Awaitable[str]]], object]:
+    """Register a backend: the decorated coroutine returns the URL of a fresh, empty store."""
+
+    def decorate(url: Callable[[pytest.FixtureRequest], Awaitable[str]]) -> object:
+        BACKENDS[name] = Entry(url, expire, lacks or {}, marks, single_instance)
+        return url
+
+    return decorate
+
+
+@dataclass
+class Store:
+    """One fresh store of one backend, and the instances (daemons) opened on it."""
+
+    name: str
+    url: str
+    entry: Entry
+    instances: list[Backend] = field(default_factory=list)
+
+    async def new(self) -> Backend:
+        """A new, opened instance: a separate daemon on the same store."""
+        if self.entry.single_instance and self.instances:
+            return self.instances[0]
+        backend = backend_from_url(self.url)
+        await backend.open(ELECTIONS)
+        self.instances.append(backend)
+        return backend
+
+    async def expire(self, holder: Backend, election: str) -> Backend:
+        """Make ``holder``'s lease on ``election`` (taken with SHORT_TTL) lapse; return the
+        instance the holder's node goes on with (the same one, or a new session)."""
+        self.require(EXPIRY)
+        return await self.entry.expire(self, holder, election)
+
+    def require(self, feature: str) -> None:
+        """Skip, saying why, when this backend lacks a feature the test checks."""
+        if feature in self.entry.lacks:
+            pytest.skip(f"{self.name} lacks {feature}: {self.entry.lacks[feature]}")
+
+    async def restart(self) -> None:
+        """Close every instance, as if every daemon stopped."""
+        self.require(DURABLE)
+        await self.close_all()
+
+    async def close_all(self) -> None:
+        instances, self.instances = self.instances, []
+        for backend in instances:
+            await backend.close()
+
+
+_counter = itertools.count()
+
+
+@register("sqlite")
+async def _sqlite(request: pytest.FixtureRequest) -> str:
+    tmp_path = request.getfixturevalue("tmp_path")
+    return f"sqlite://{tmp_path}/leaderd-{next(_counter)}.db"
+
+
+@register(
+    "static",
+    single_instance=True,
+    lacks={
+        EXPIRY: "static leases never expire",
+        DURABLE: "static keeps terms in memory: a static daemon is alone",
+        TTL: "static leases have no ttl",
+    },
+)
+async def _static(request: pytest.FixtureRequest) -> str:
+    return "static://"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # Parametrized at collection time, so entries registered anywhere before are included.
+    if "store" in metafunc.fixturenames:
+        params = [pytest.param(name, marks=e.marks, id=name) for name, e in BACKENDS.items()]
+        metafunc.parametrize("store", params, indirect=True)
+
+
+@pytest.fixture
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    name: str = request.param
+    entry = BACKENDS[name]
+    store = Store(name, await entry.url(request), entry)
+    try:
+        yield store
+    finally:
+        await store.close_all()
