@@ -1,0 +1,320 @@
+"""The local HTTP API (DESIGN §3): reads the engines' state, never touches a backend.
+
+Every answer is derived at the moment it is produced (``Election.status()``). There is no
+middleware on the hot path: unknown paths hit a catch-all route and wrong methods hit a
+per-resource fallback route, so errors are JSON without a wrapper around every request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.resources
+import math
+import re
+import socket
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from .engine import Election
+from .metrics import Metrics
+from .node import Node
+from .status import ElectionStatus, Role
+
+DEFAULT_WATCH_TIMEOUT = 30.0
+MAX_WATCH_TIMEOUT = 300.0
+MAX_COOLDOWN = 86400.0
+MAX_REVISION = 2**63 - 1
+_TRUE = ("1", "true", "ndjson", "sse")
+_FALSE = ("0", "false")
+_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_INTEGER = re.compile(r"-?[0-9]+")
+_JSON = "application/json"
+_NDJSON = "application/x-ndjson"
+_SSE = "text/event-stream"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+T = TypeVar("T")
+
+
+class BadParameter(ValueError):
+    """A query parameter that cannot be used; answered with 400."""
+
+
+def build_app(
+    node: Node, *, read_only: bool = False, metrics: Metrics | None = None
+) -> web.Application:
+    """The API of one node. ``read_only`` answers 403 to every POST (the TCP listener).
+
+    Pass the daemon's shared ``metrics`` to every app; without one, a private Metrics
+    watching ``node`` is made (fine for a single app, e.g. in tests).
+    """
+    if metrics is None:
+        metrics = Metrics()
+        metrics.watch(node)
+    api = _Api(node, metrics, read_only)
+    app = web.Application(client_max_size=64 * 1024)
+    app.on_shutdown.append(api.on_shutdown)
+    get: list[tuple[str, Handler]] = [
+        ("/leader", api.leader),
+        ("/leader/{election}", api.leader),
+        ("/status", api.status),
+        ("/health", api.health),
+        ("/ready", api.ready),
+        ("/metrics", api.metrics),
+        ("/openapi.json", api.openapi),
+    ]
+    for path, handler in get:
+        _route(app, path, {"GET": handler, "HEAD": handler})
+    for path in ("/watch", "/watch/{election}"):
+        _route(app, path, {"GET": api.watch})
+    for path in ("/resign", "/resign/{election}"):
+        _route(app, path, {"POST": api.forbidden if read_only else api.resign})
+    app.router.add_route("*", "/{path:.*}", api.not_found, name="fallback")
+    return app
+
+
+def api_routes(app: web.Application) -> set[tuple[str, str]]:
+    """(method, path) of every route the app serves, without the error fallbacks."""
+    routes = set()
+    for route in app.router.routes():
+        info = route.resource.get_info() if route.resource else {}
+        path = info.get("path") or info.get("formatter")
+        if route.method != "*" and path is not None:
+            routes.add((route.method, str(path)))
+    return routes
+
+
+async def serve(
+    app: web.Application,
+    *,
+    unix_path: str | None = None,
+    unix_sock: socket.socket | None = None,
+    tcp: tuple[str, int] | None = None,
+    shutdown_timeout: float = 5.0,
+) -> web.AppRunner:
+    """Serve ``app`` on the given listeners; stop with ``await runner.cleanup()``.
+
+    ``unix_sock`` is a bound, listening (or listen-ready) socket the daemon made itself
+    (socket activation, stale-socket handling); ``unix_path`` makes one. Handlers are
+    cancelled when their client goes away, so abandoned watches leave nothing behind.
+    """
+    if unix_path is None and unix_sock is None and tcp is None:
+        raise ValueError("serve() needs at least one listener")
+    runner = web.AppRunner(
+        app, access_log=None, handler_cancellation=True, shutdown_timeout=shutdown_timeout
+    )
+    await runner.setup()
+    sites: list[web.BaseSite] = []
+    if unix_sock is not None:
+        sites.append(web.SockSite(runner, unix_sock))
+    if unix_path is not None:
+        sites.append(web.UnixSite(runner, unix_path))
+    if tcp is not None:
+        sites.append(web.TCPSite(runner, tcp[0], tcp[1], reuse_address=True))
+    try:
+        for site in sites:
+            await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner
+
+
+def _route(app: web.Application, path: str, handlers: dict[str, Handler]) -> None:
+    resource = app.router.add_resource(path)
+    for method, handler in handlers.items():
+        resource.add_route(method, handler)
+    allow = ", ".join(handlers)
+
+    async def method_not_allowed(request: web.Request) -> web.Response:
+        message = f"{request.method} is not allowed on {path}; use {allow}"
+        response = error(405, "method_not_allowed", message)
+        response.headers["Allow"] = allow
+        return response
+
+    resource.add_route("*", method_not_allowed)
+
+
+def error(status: int, code: str, message: str) -> web.Response:
+    body = orjson.dumps({"error": {"code": code, "message": message}})
+    return web.Response(body=body, status=status, content_type=_JSON)
+
+
+def _json(data: Any, status: int = 200, revision: int | None = None) -> web.Response:
+    response = web.Response(body=orjson.dumps(data), status=status, content_type=_JSON)
+    if revision is not None:
+        response.headers["Leaderd-Revision"] = str(revision)
+    return response
+
+
+class _Api:
+    def __init__(self, node: Node, metrics: Metrics, read_only: bool) -> None:
+        self.node = node
+        self.metrics_ = metrics
+        self.read_only = read_only
+        self.closing = asyncio.Event()
+        spec = importlib.resources.files("leaderd").joinpath("openapi.json")
+        self.openapi_body = spec.read_bytes()
+
+    async def on_shutdown(self, app: web.Application) -> None:
+        # Long polls answer and streams end now, instead of holding up the shutdown.
+        self.closing.set()
+
+    # ---- the election endpoints ----
+
+    async def leader(self, request: web.Request) -> web.Response:
+        election = self.node.election(request.match_info.get("election"))
+        if election is None:
+            return self._unknown(request)
+        status = election.status()
+        code = 200 if status.role is Role.LEADER else 503
+        return _json(status.to_dict(), code, status.revision)
+
+    async def watch(self, request: web.Request) -> web.StreamResponse:
+        election = self.node.election(request.match_info.get("election"))
+        if election is None:
+            return self._unknown(request)
+        try:
+            query = request.query
+            revision = _revision(query.get("revision"))
+            timeout = _seconds(
+                query.get("timeout"), "timeout", DEFAULT_WATCH_TIMEOUT, MAX_WATCH_TIMEOUT
+            )
+            stream = _flag(query.get("stream"), "stream")
+        except BadParameter as exc:
+            return error(400, "bad_parameter", str(exc))
+        accept = request.headers.get("Accept", "")
+        if stream or _SSE in accept:
+            sse = _SSE in accept or query.get("stream") == "sse"
+            return await self._stream(request, election, sse)
+        status = await self._unless_closing(election.wait_for_change(revision, timeout))
+        if status is None:
+            status = election.status()
+        return _json(status.to_dict(), revision=status.revision)
+
+    async def resign(self, request: web.Request) -> web.Response:
+        election = self.node.election(request.match_info.get("election"))
+        if election is None:
+            return self._unknown(request)
+        try:
+            cooldown = _seconds(request.query.get("cooldown"), "cooldown", 0.0, MAX_COOLDOWN)
+        except BadParameter as exc:
+            return error(400, "bad_parameter", str(exc))
+        election.resign(cooldown)
+        status = election.status()
+        return _json(status.to_dict(), revision=status.revision)
+
+    async def forbidden(self, request: web.Request) -> web.Response:
+        message = "this listener is read-only: POST on the Unix socket"
+        return error(403, "read_only", message)
+
+    # ---- the node endpoints ----
+
+    async def status(self, request: web.Request) -> web.Response:
+        return _json(self.node.describe())
+
+    async def health(self, request: web.Request) -> web.Response:
+        reason = self.node.health()
+        if reason is not None:
+            return error(503, "unhealthy", reason)
+        return _json({"status": "ok"})
+
+    async def ready(self, request: web.Request) -> web.Response:
+        waiting = [name for name, e in self.node.elections.items() if not e.ready]
+        if waiting:
+            return error(503, "not_ready", "first round not finished: " + ", ".join(waiting))
+        return _json({"status": "ready"})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        body = self.metrics_.exposition()
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def openapi(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.openapi_body, content_type=_JSON)
+
+    async def not_found(self, request: web.Request) -> web.Response:
+        return error(404, "not_found", f"no such path: {request.path}")
+
+    # ---- helpers ----
+
+    def _unknown(self, request: web.Request) -> web.Response:
+        name = request.match_info.get("election")
+        if name is None:
+            known = ", ".join(sorted(self.node.elections)) or "none"
+            message = f"several elections run here ({known}): name one, e.g. /leader/NAME"
+        else:
+            message = f"unknown election {name!r}"
+        return error(404, "unknown_election", message)
+
+    async def _unless_closing(self, work: Coroutine[Any, Any, T]) -> T | None:
+        """The result of ``work``, or None if the daemon shuts down first."""
+        if self.closing.is_set():
+            work.close()
+            return None
+        task = asyncio.ensure_future(work)
+        closing = asyncio.ensure_future(self.closing.wait())
+        try:
+            await asyncio.wait((task, closing), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            closing.cancel()
+            if not task.done():
+                # Also on client disconnect: the watch must unregister before we return.
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        return task.result() if task.done() and not task.cancelled() else None
+
+    async def _stream(
+        self, request: web.Request, election: Election, sse: bool
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": _SSE if sse else _NDJSON, "Cache-Control": "no-cache"}
+        )
+        with election.stream() as queue:
+            await response.prepare(request)
+            while True:
+                status = await self._unless_closing(queue.get())
+                if status is None:
+                    break
+                await response.write(_event(status, sse))
+                if status.role is Role.STOPPED:
+                    break
+        await response.write_eof()
+        return response
+
+
+def _event(status: ElectionStatus, sse: bool) -> bytes:
+    data = orjson.dumps(status.to_dict())
+    if sse:
+        return b"id: %d\nevent: status\ndata: %s\n\n" % (status.revision, data)
+    return data + b"\n"
+
+
+def _revision(raw: str | None) -> int | None:
+    if raw is None:
+        return None
+    if not _INTEGER.fullmatch(raw) or not 0 <= int(raw) <= MAX_REVISION:
+        raise BadParameter(f"revision must be an integer in [0, {MAX_REVISION}], got {raw!r}")
+    return int(raw)
+
+
+def _seconds(raw: str | None, name: str, default: float, maximum: float) -> float:
+    if raw is None:
+        return default
+    value = float(raw) if _NUMBER.fullmatch(raw) else math.nan
+    if not 0 <= value <= maximum:  # also rejects nan and inf
+        raise BadParameter(f"{name} must be a number of seconds in [0, {maximum:g}], got {raw!r}")
+    return value
+
+
+def _flag(raw: str | None, name: str) -> bool:
+    if raw is None:
+        return False
+    if raw not in _TRUE and raw not in _FALSE:
+        raise BadParameter(f"{name} must be one of 1, true, ndjson, sse, 0, false; got {raw!r}")
+    return raw in _TRUE

@@ -1,0 +1,209 @@
+"""Prometheus metrics (DESIGN §6): one registry per daemon, filled without the engine or
+the backends knowing about it.
+
+* Election gauges are computed at scrape time by a collector that asks each engine, so
+  ``leaderd_is_leader`` is derived from the deadline at the moment of the scrape.
+* ``leaderd_transitions_total`` counts changes of this node's leadership (engine listener).
+* Backend latency and errors come from ``MeteredBackend``, a wrapper around any backend.
+
+Wiring: ``metrics = Metrics()``; ``backend = metrics.wrap(backend)``; build the elections
+and the Node on it; ``metrics.watch(node)``; ``build_app(node, metrics=metrics)``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from . import __version__
+from .backends.base import Backend, BackendError, Candidate, Lease
+from .engine import Election
+from .node import Node
+from .status import ElectionStatus
+
+# Backend round trips: sub-millisecond for SQLite, up to the request timeout for PostgreSQL.
+T = TypeVar("T")
+
+REQUEST_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class Metrics:
+    """The daemon's metrics and their registry."""
+
+    def __init__(self, version: str = __version__) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.transitions = Counter(
+            "leaderd_transitions",
+            "Changes of this node's leadership (became leader, or stopped being leader).",
+            ["election"],
+            registry=None,  # registered after the election collector: see watch()
+        )
+        self.backend_errors = Counter(
+            "leaderd_backend_errors",
+            "Backend requests that failed, by backend and exception class.",
+            ["backend", "kind"],
+            registry=self.registry,
+        )
+        self.backend_request_seconds = Histogram(
+            "leaderd_backend_request_seconds",
+            "Duration of backend requests (wait-for-change excluded), by operation.",
+            ["backend", "operation"],
+            buckets=REQUEST_BUCKETS,
+            registry=self.registry,
+        )
+        Info("leaderd_build", "The running leaderd build.", registry=self.registry).info(
+            {"version": version}
+        )
+        self._watched: set[int] = set()
+
+    def wrap(self, backend: Backend) -> MeteredBackend:
+        """The backend, timed and counted; give this one to the elections."""
+        return MeteredBackend(backend, self)
+
+    def watch(self, node: Node) -> None:
+        """Export the node's elections: gauges at scrape time, transitions as they happen."""
+        if id(node) in self._watched:
+            return
+        self._watched.add(id(node))
+        for election in node.elections.values():
+            self._count_transitions(election)
+        self.registry.register(ElectionCollector(node))
+        if len(self._watched) == 1:
+            # Collected after the gauges, whose status() calls may publish a transition:
+            # a scrape that shows is_leader 0 for the first time also counts its step-down.
+            self.registry.register(self.transitions)
+
+    def exposition(self) -> bytes:
+        """The Prometheus text format of every metric in the registry."""
+        return generate_latest(self.registry)
+
+    def _count_transitions(self, election: Election) -> None:
+        counter = self.transitions.labels(election.name)
+        counter.inc(0)  # exported as 0 from the start, so rate() and increase() see it
+        leading = election.status().is_leader
+
+        def on_change(status: ElectionStatus) -> None:
+            nonlocal leading
+            if status.is_leader != leading:
+                leading = status.is_leader
+                counter.inc()
+
+        election.add_listener(on_change)
+
+
+class ElectionCollector(Collector):
+    """Reads every election of a node at scrape time; nothing is cached between scrapes."""
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    def describe(self) -> list[Metric]:
+        return list(self._families())
+
+    def collect(self) -> Iterator[Metric]:
+        families = self._families()
+        for name, election in self._node.elections.items():
+            status = election.status()
+            families[0].add_metric([name], 1.0 if status.is_leader else 0.0)
+            families[1].add_metric([name], float(status.term))
+            families[2].add_metric([name], max(0.0, status.valid_for or 0.0))
+            families[3].add_metric([name], float(election.watchers))
+        yield from families
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, ...]:
+        labels = ["election"]
+        return (
+            GaugeMetricFamily(
+                "leaderd_is_leader", "1 if this node leads the election now, else 0.", labels=labels
+            ),
+            GaugeMetricFamily(
+                "leaderd_term", "The election's last known term (fencing token).", labels=labels
+            ),
+            GaugeMetricFamily(
+                "leaderd_lease_valid_seconds",
+                "Seconds left before this node's self-fence deadline; 0 unless it leads.",
+                labels=labels,
+            ),
+            GaugeMetricFamily(
+                "leaderd_watchers",
+                "Clients waiting on /watch (long polls and streams).",
+                labels=labels,
+            ),
+        )
+
+
+class MeteredBackend(Backend):
+    """Any backend, with each request timed and each BackendError counted.
+
+    Answers and exceptions pass through unchanged; attributes the wrapper does not
+    define (``kind``, backend-specific helpers) are read from the wrapped backend.
+    """
+
+    def __init__(self, inner: Backend, metrics: Metrics) -> None:
+        self.inner = inner
+        self._errors = metrics.backend_errors
+        kind = inner.kind
+        self._kind = kind
+        self._seconds = {
+            op: metrics.backend_request_seconds.labels(kind, op)
+            for op in ("open", "observe", "acquire_or_renew", "release")
+        }
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for attributes not found on the wrapper, e.g. the ClassVar ``kind``.
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    @classmethod
+    def from_url(cls, url: str) -> Backend:
+        raise TypeError("MeteredBackend wraps a built backend: use Metrics.wrap(backend)")
+
+    @property
+    def description(self) -> str:
+        return self.inner.description
+
+    async def open(self, elections: Sequence[str]) -> None:
+        await self._timed("open", self.inner.open(elections))
+
+    async def observe(self, election: str) -> Lease:
+        return await self._timed("observe", self.inner.observe(election))
+
+    async def acquire_or_renew(
+        self, election: str, candidate: Candidate, ttl: float, timeout: float, wait: float = 0.0
+    ) -> Lease:
+        request = self.inner.acquire_or_renew(election, candidate, ttl, timeout, wait)
+        return await self._timed("acquire_or_renew", request)
+
+    async def release(self, election: str, candidate: Candidate, term: int) -> None:
+        await self._timed("release", self.inner.release(election, candidate, term))
+
+    async def wait_for_change(self, election: str, timeout: float) -> None:
+        # Waiting is not a request: not timed, but a failure is still a backend error.
+        try:
+            await self.inner.wait_for_change(election, timeout)
+        except BackendError as exc:
+            self._count(exc)
+            raise
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def _timed(self, operation: str, request: Awaitable[T]) -> T:
+        start = time.perf_counter()
+        try:
+            return await request
+        except BackendError as exc:
+            self._count(exc)
+            raise
+        finally:
+            self._seconds[operation].observe(time.perf_counter() - start)
+
+    def _count(self, exc: BackendError) -> None:
+        self._errors.labels(self._kind, type(exc).__name__).inc()

@@ -1,0 +1,340 @@
+"""The request/response endpoints of DESIGN §3 against real elections."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from leaderd import __version__
+from leaderd.backends import redact_url
+from leaderd.backends.sqlite import SQLiteBackend
+from leaderd.backends.static import StaticBackend
+from leaderd.clock import SystemClock
+from leaderd.engine import Election
+from leaderd.node import Node
+
+from .conftest import ADDRESS, FAST, eventually
+
+STATUS_FIELDS = {
+    "election",
+    "node_id",
+    "role",
+    "is_leader",
+    "leader",
+    "term",
+    "lease",
+    "revision",
+    "changed_at",
+}
+
+
+def parse_time(text: str) -> dt.datetime:
+    assert text.endswith("Z") and len(text) == len("2026-11-21T10:00:00.123Z"), text
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def check_leader_status(body: dict[str, Any], election: str, node_id: str = "node-a") -> None:
+    assert set(body) == STATUS_FIELDS
+    assert body["election"] == election
+    assert body["node_id"] == node_id
+    assert body["role"] == "leader"
+    assert body["is_leader"] is True
+    assert body["leader"]["node_id"] == node_id
+    assert body["leader"]["address"] == ADDRESS
+    assert body["leader"]["term"] == body["term"] >= 1
+    parse_time(body["leader"]["acquired_at"])
+    assert body["lease"]["ttl_ms"] == 3000
+    assert 0 < body["lease"]["valid_for_ms"] <= FAST.lease_window * 1000
+    assert body["revision"] >= 1
+    parse_time(body["changed_at"])
+
+
+async def test_leader_200_with_every_field(api: Any) -> None:
+    node, client = await api()
+    await eventually(lambda: node.elections["default"].status().is_leader)
+    for path in ("/leader", "/leader/default"):
+        resp = await client.get(path)
+        assert resp.status == 200
+        assert resp.content_type == "application/json"
+        body = await resp.json()
+        check_leader_status(body, "default")
+        assert resp.headers["Leaderd-Revision"] == str(body["revision"])
+
+
+async def test_leader_503_for_follower_on_shared_sqlite(
+    api: Any, make_node: Any, sqlite_backend: SQLiteBackend, tmp_path: Any
+) -> None:
+    leader = await make_node(backend=sqlite_backend, node_id="node-a")
+    await eventually(lambda: leader.elections["default"].status().is_leader)
+    other = SQLiteBackend.from_url(f"sqlite://{tmp_path}/leaderd.db")
+    node, client = await api(backend=other, node_id="node-b")
+    await eventually(lambda: node.elections["default"].status().role.value == "follower")
+    resp = await client.get("/leader")
+    assert resp.status == 503
+    body = await resp.json()
+    assert set(body) == STATUS_FIELDS
+    assert body["role"] == "follower" and body["is_leader"] is False
+    assert body["node_id"] == "node-b"
+    assert body["leader"]["node_id"] == "node-a"
+    assert body["leader"]["address"] == ADDRESS
+    assert body["term"] == body["leader"]["term"] >= 1
+    assert body["lease"] is None
+    # The leader's own API says 200 at the same time: exactly one leader.
+    head = await client.head("/leader")
+    assert head.status == 503
+    assert leader.elections["default"].status().is_leader
+
+
+async def test_head_gives_status_without_body(api: Any) -> None:
+    node, client = await api()
+    await eventually(lambda: node.elections["default"].status().is_leader)
+    resp = await client.head("/leader")
+    assert resp.status == 200
+    assert await resp.read() == b""
+    node.elections["default"].resign(60)
+    resp = await client.head("/leader/default")
+    assert resp.status == 503
+
+
+async def test_two_named_elections(api: Any) -> None:
+    node, client = await api(["alpha", "beta"])
+    await eventually(lambda: all(e.status().is_leader for e in node.elections.values()))
+    node.elections["beta"].resign(60)
+    alpha = await client.get("/leader/alpha")
+    beta = await client.get("/leader/beta")
+    assert alpha.status == 200 and (await alpha.json())["election"] == "alpha"
+    assert beta.status == 503 and (await beta.json())["election"] == "beta"
+    # No name with two elections and none called default: which one is ambiguous.
+    resp = await client.get("/leader")
+    assert resp.status == 404
+    assert (await resp.json())["error"]["code"] == "unknown_election"
+
+
+async def test_no_name_means_default_among_several(api: Any) -> None:
+    node, client = await api(["default", "other"])
+    await eventually(lambda: node.elections["default"].status().is_leader)
+    node.elections["other"].resign(60)
+    resp = await client.get("/leader")
+    assert resp.status == 200
+    assert (await resp.json())["election"] == "default"
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/leader/nope"),
+        ("HEAD", "/leader/nope"),
+        ("GET", "/watch/nope?timeout=5"),
+        ("POST", "/resign/nope"),
+    ],
+)
+async def test_unknown_election_404(api: Any, method: str, path: str) -> None:
+    node, client = await api()
+    resp = await client.request(method, path)
+    assert resp.status == 404
+    if method != "HEAD":
+        body = await resp.json()
+        assert body["error"]["code"] == "unknown_election"
+        assert "nope" in body["error"]["message"]
+    assert node.elections["default"].watchers == 0
+
+
+@pytest.mark.parametrize("path", ["/nope", "/leader/a/b", "/", "/leaderx", "/metrics/x"])
+async def test_unknown_path_404_json(api: Any, path: str) -> None:
+    _, client = await api()
+    for method in ("GET", "POST", "DELETE"):
+        resp = await client.request(method, path)
+        assert resp.status == 404
+        assert resp.content_type == "application/json"
+        assert (await resp.json())["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("POST", "/leader", "GET, HEAD"),
+        ("DELETE", "/leader/default", "GET, HEAD"),
+        ("GET", "/resign", "POST"),
+        ("PUT", "/resign/default", "POST"),
+        ("POST", "/watch", "GET"),
+        ("HEAD", "/watch", "GET"),
+        ("POST", "/status", "GET, HEAD"),
+        ("PATCH", "/metrics", "GET, HEAD"),
+    ],
+)
+async def test_wrong_method_405_json_with_allow(
+    api: Any, method: str, path: str, allow: str
+) -> None:
+    node, client = await api()
+    resp = await client.request(method, path)
+    assert resp.status == 405
+    assert resp.headers["Allow"] == allow
+    if method != "HEAD":
+        assert (await resp.json())["error"]["code"] == "method_not_allowed"
+    # The wrong method did nothing: still leading.
+    await eventually(lambda: node.elections["default"].status().is_leader)
+
+
+async def test_read_only_app_refuses_resign(api: Any) -> None:
+    node, client = await api(read_only=True)
+    election = node.elections["default"]
+    await eventually(lambda: election.status().is_leader)
+    for path in ("/resign", "/resign/default", "/resign?cooldown=5"):
+        resp = await client.post(path)
+        assert resp.status == 403
+        assert (await resp.json())["error"]["code"] == "read_only"
+    assert election.status().is_leader
+    # Reading still works there.
+    assert (await client.get("/leader")).status == 200
+    assert (await client.get("/metrics")).status == 200
+
+
+async def test_resign_answers_status_after_stepping_down(api: Any) -> None:
+    node, client = await api()
+    election = node.elections["default"]
+    await eventually(lambda: election.status().is_leader)
+    before = election.status()
+    resp = await client.post("/resign?cooldown=60")
+    assert resp.status == 200
+    body = await resp.json()
+    assert body["is_leader"] is False and body["role"] != "leader"
+    assert body["lease"] is None
+    assert body["revision"] > before.revision
+    assert (await client.get("/leader")).status == 503
+    # The cooldown holds: no campaigning for 60 s (three renew intervals is plenty to see it).
+    await eventually(lambda: election.status().leader is None, timeout=3)
+    assert not election.status().is_leader
+
+
+async def test_resign_without_cooldown_campaigns_again(api: Any) -> None:
+    node, client = await api()
+    election = node.elections["default"]
+    await eventually(lambda: election.status().is_leader)
+    term = election.status().term
+    resp = await client.post("/resign/default")
+    assert resp.status == 200
+    assert (await resp.json())["is_leader"] is False
+    await eventually(lambda: election.status().is_leader and election.status().term == term + 1)
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["cooldown=abc", "cooldown=-1", "cooldown=nan", "cooldown=inf", "cooldown=86401", "cooldown="],
+)
+async def test_resign_bad_cooldown_400(api: Any, query: str) -> None:
+    node, client = await api()
+    election = node.elections["default"]
+    await eventually(lambda: election.status().is_leader)
+    resp = await client.post(f"/resign?{query}")
+    assert resp.status == 400
+    body = await resp.json()
+    assert body["error"]["code"] == "bad_parameter"
+    assert "cooldown" in body["error"]["message"]
+    assert election.status().is_leader  # a refused request does not resign
+
+
+async def test_ready_503_before_first_round_then_200(make_node: Any, aiohttp_client: Any) -> None:
+    from leaderd.api import build_app
+
+    node = await make_node(["default", "other"], run=False)
+    client = await aiohttp_client(build_app(node))
+    resp = await client.get("/ready")
+    assert resp.status == 503
+    body = await resp.json()
+    assert body["error"]["code"] == "not_ready"
+    assert "default" in body["error"]["message"] and "other" in body["error"]["message"]
+    await node.elections["default"].round()
+    resp = await client.get("/ready")
+    assert resp.status == 503
+    assert "other" in (await resp.json())["error"]["message"]
+    await node.elections["other"].round()
+    resp = await client.get("/ready")
+    assert resp.status == 200
+    assert await resp.json() == {"status": "ready"}
+    # Readiness never depends on leadership.
+    node.elections["default"].resign(60)
+    assert (await client.get("/ready")).status == 200
+
+
+class StepClock(SystemClock):
+    """The system clock, plus a jump we control (a process pause, seen from inside)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def monotonic(self) -> float:
+        return super().monotonic() + self.offset
+
+
+async def test_health_200_then_503_when_the_loop_stalls(aiohttp_client: Any) -> None:
+    from leaderd.api import build_app
+
+    backend = StaticBackend()
+    await backend.open(["default"])
+    clock = StepClock()
+    from leaderd.backends.base import Candidate
+
+    election = Election("default", Candidate("node-a", ADDRESS), FAST, backend, clock=clock)
+    node = Node("node-a", backend, {"default": election})
+    client = await aiohttp_client(build_app(node))
+    await election.round()  # the loop is due again within a few seconds
+    resp = await client.get("/health")
+    assert resp.status == 200
+    assert await resp.json() == {"status": "ok"}
+    clock.offset = 100.0  # the loop did not turn for 100 s
+    resp = await client.get("/health")
+    assert resp.status == 503
+    body = await resp.json()
+    assert body["error"]["code"] == "unhealthy"
+    assert "stalled" in body["error"]["message"]
+
+
+async def test_health_200_on_running_node(api: Any) -> None:
+    node, client = await api()
+    await eventually(lambda: node.ready)
+    resp = await client.get("/health")
+    assert resp.status == 200
+
+
+class FakePostgres(StaticBackend):
+    """Stands in for a PostgreSQL backend: only its URL matters to /status."""
+
+    kind = "postgresql"
+    URL = "postgresql://leaderd:hunter2secret@db.internal:5432/leaderd?password=hunter2secret"
+
+    @property
+    def description(self) -> str:
+        return redact_url(self.URL)
+
+
+async def test_status_fields_and_no_password(api: Any) -> None:
+    node, client = await api(["default", "jobs"], backend=FakePostgres())
+    await eventually(lambda: node.ready and node.elections["jobs"].status().is_leader)
+    resp = await client.get("/status")
+    assert resp.status == 200
+    text = await resp.text()
+    assert "hunter2secret" not in text
+    body = await resp.json()
+    assert set(body) == {
+        "node_id",
+        "version",
+        "uptime_s",
+        "started_at",
+        "ready",
+        "health",
+        "backend",
+        "elections",
+    }
+    assert body["node_id"] == "node-a"
+    assert body["version"] == __version__
+    assert body["uptime_s"] >= 0
+    assert body["ready"] is True
+    assert body["health"] == "ok"
+    assert body["backend"]["kind"] == "postgresql"
+    assert body["backend"]["url"].startswith("postgresql://leaderd:***@db.internal:5432/leaderd")
+    parse_time(body["backend"]["last_contact"])
+    assert body["backend"]["last_error"] is None
+    assert set(body["elections"]) == {"default", "jobs"}
+    check_leader_status(body["elections"]["jobs"], "jobs")
