@@ -15,6 +15,7 @@ import logging
 import math
 import random
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Literal
 
 from .backends.base import Backend, BackendError, Candidate, Lease
 from .clock import Clock, SystemClock
@@ -28,7 +29,9 @@ StepDownHook = Callable[[str], Awaitable[None]]
 ChangeListener = Callable[[ElectionStatus], None]
 
 _View = tuple[Role, LeaderInfo | None, int]
+_Wake = Literal["poke", "change"] | None
 _MIN_DELAY = 0.005  # never spin: even "at once" leaves the loop a breath
+_WAKE_SPACING = 0.02  # a backend that reports changes nonstop gets at most one round per this
 _STALL_SLACK = 2.0  # how late a loop turn may be before /health reports a stall
 
 
@@ -59,8 +62,12 @@ class Election:
         self._deadline = -math.inf
         self._renewed_at = -math.inf
         self._release_due: int | None = None
+        # An acquire whose answer was lost may have won: look before leaving.
+        self._maybe_held = False
         self._cooldown_until = -math.inf
         self._stopping = False
+        # Moves on resign and stop: answers to requests sent before then win nothing.
+        self._epoch = 0
         self._why = "starting"
         self.last_error: str | None = None
         self.last_contact: dt.datetime | None = None
@@ -135,6 +142,7 @@ class Election:
     def resign(self, cooldown: float) -> None:
         """Stop leading now, release at the loop's next turn, campaign again after cooldown."""
         now = self._clock.monotonic()
+        self._epoch += 1
         self._cooldown_until = now + cooldown
         if self._held_term is not None:
             self._release_due, self._held_term = self._held_term, None
@@ -145,6 +153,7 @@ class Election:
     def stop(self) -> None:
         """Publish "stopped" at once; ``run`` then runs the step-down hook and releases."""
         self._stopping = True
+        self._epoch += 1
         self._why = "shutting down"
         self._refresh(self._clock.monotonic())
         self._poke.set()
@@ -153,16 +162,23 @@ class Election:
         """Campaign until ``stop()``; then hand over: step-down hook, then release."""
         start_jitter = self._jitter() * min(0.05, self.timing.retry_interval)
         next_round = self._clock.monotonic() + start_jitter
+        round_at = -math.inf
         while not self._stopping:
             now = self._clock.monotonic()
             self._refresh(now)  # publish role changes that time alone made (deadline passed)
             if now >= next_round:
-                next_round = now + await self.round()
+                self._poke.clear()  # this round answers every resign so far
+                round_at, next_round = now, now + await self.round()
                 now = self._clock.monotonic()
             wake_at = min(next_round, self._next_boundary(now))
+            # A change can only bring the next round forward if it is more than a breath away.
+            follow = self._held_term is None and next_round - now > _WAKE_SPACING
             self._turn_due = wake_at + self._request_timeout(wake_at) + _STALL_SLACK
-            if await self._wait(wake_at - now, follow=self._held_term is None):
+            woke = await self._wait(wake_at - now, follow)
+            if woke == "poke":
                 next_round = self._clock.monotonic()
+            elif woke == "change":
+                next_round = max(self._clock.monotonic(), round_at + _WAKE_SPACING)
         self._turn_due = math.inf
         await self._hand_over()
 
@@ -170,7 +186,7 @@ class Election:
         """One acquire-or-renew (an observe while cooling down); seconds to the next round."""
         if self._release_due is not None:
             await self._hand_over()
-        t_send = self._clock.monotonic()
+        t_send, epoch = self._clock.monotonic(), self._epoch
         campaigning = self._campaigning(t_send)
         timeout = self._request_timeout(t_send)
         wait = self._follow_period(self._lease) if campaigning and self._held_term is None else 0
@@ -179,10 +195,12 @@ class Election:
             request = self._request(campaigning, timeout, wait)
             lease = await asyncio.wait_for(request, timeout + wait)
         except (BackendError, TimeoutError) as exc:
+            self._maybe_held = self._maybe_held or campaigning
             self._on_failure(exc)
             return self._jittered(self.timing.retry_interval)
-        # A resign or stop that came while the request was in flight wins over its answer.
-        campaigning = campaigning and self._campaigning(self._clock.monotonic())
+        # A resign or stop that came while the request was in flight wins over its answer,
+        # even when its cooldown is already over.
+        campaigning = campaigning and epoch == self._epoch
         self._on_lease(lease, t_send, campaigning)
         now = self._clock.monotonic()
         if self._held_term is not None:
@@ -203,13 +221,13 @@ class Election:
 
     def _on_lease(self, lease: Lease, t_send: float, campaigning: bool) -> None:
         self._lease, self._seen_at, self.last_error = lease, t_send, None
-        self.last_contact, self.ready = self._clock.wall(), True
+        self.last_contact, self.ready, self._maybe_held = self._clock.wall(), True, False
         me = self.candidate.node_id
         if lease.held_by(me) and campaigning:
             # A renewal that answers after a pause yields a deadline already past: fenced.
             self._held_term, self._deadline, self._renewed_at = (
                 lease.term,
-                t_send + self.timing.lease_window,
+                self._deadline_after(t_send, lease),
                 t_send,
             )
             self._why = f"holding the lease, term {lease.term}"
@@ -252,6 +270,8 @@ class Election:
         self._refresh(self._clock.monotonic())
         if self.step_down_hook is not None:
             await self.step_down_hook(self.name)
+        if term is None and self._maybe_held:
+            term = await self._own_term()
         if term is None:
             return
         try:
@@ -274,22 +294,43 @@ class Election:
             extra={"event": "released", "election": self.name, "term": term},
         )
 
-    async def _wait(self, timeout: float, follow: bool) -> bool:
-        """Sleep up to ``timeout``; True if woken early by a poke or a backend change."""
+    async def _own_term(self) -> int | None:
+        """The term of the lease if this node holds it, by asking the backend; else None."""
+        try:
+            lease = await asyncio.wait_for(
+                self._backend.observe(self.name), self.timing.renew_interval
+            )
+        except (BackendError, TimeoutError):
+            return None
+        self._maybe_held = False
+        return lease.term if lease.held_by(self.candidate.node_id) else None
+
+    async def _wait(self, timeout: float, follow: bool) -> _Wake:
+        """Sleep up to ``timeout``; say whether a poke (resign, stop) or a backend change
+        woke it early. A wait_for_change that fails is no change: sleep on, pokes only."""
         if timeout <= 0:
-            return False
-        waits: list[asyncio.Future[object]] = [asyncio.ensure_future(self._poke.wait())]
+            return None
+        poke: asyncio.Future[object] = asyncio.ensure_future(self._poke.wait())
+        tasks: set[asyncio.Future[object]] = {poke}
         if follow:
-            waits.append(asyncio.ensure_future(self._backend.wait_for_change(self.name, timeout)))
-        done, pending = await asyncio.wait(
-            waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-        )
-        for task in pending:
-            task.cancel()
-        # The backend call must be over before the next one starts (one call per election).
-        await asyncio.gather(*pending, return_exceptions=True)
-        self._poke.clear()
-        return bool(done)
+            tasks.add(asyncio.ensure_future(self._backend.wait_for_change(self.name, timeout)))
+        try:
+            async with asyncio.timeout(timeout):
+                while True:
+                    done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                    if poke in done:
+                        return "poke"
+                    change = done.pop()
+                    if change.exception() is None:
+                        return "change"
+                    tasks.discard(change)
+        except TimeoutError:
+            return None
+        finally:
+            for task in tasks:
+                task.cancel()
+            # The backend call must be over before the next one starts (one call per election).
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     # ---- derived state ----
 
@@ -298,6 +339,12 @@ class Election:
 
     def _leading(self, now: float) -> bool:
         return self._held_term is not None and not self._stopping and now < self._deadline
+
+    def _deadline_after(self, t_send: float, lease: Lease) -> float:
+        """DESIGN §1.2, trusting no more time than the backend says it granted."""
+        timing = self.timing
+        granted = timing.ttl if lease.expires_in is None else min(timing.ttl, lease.expires_in)
+        return t_send + granted * (1.0 - timing.clock_drift) - timing.safety_margin
 
     def _request_timeout(self, now: float) -> float:
         if self._held_term is not None and self._deadline > now:
@@ -370,7 +417,10 @@ class Election:
         for queue in self._streams:
             _offer(queue, status)
         for listener in self._listeners:
-            listener(status)
+            try:
+                listener(status)
+            except Exception:  # one broken listener must not stop the election or the others
+                log.exception("listener of election %s failed", self.name)
         return view
 
     def _log_change(self, previous: Role | None, view: _View, now: float) -> None:

@@ -1,0 +1,236 @@
+"""Fakes for the engine's unit tests: a clock moved by hand and a backend that records calls.
+
+The backend keeps its leases in a ``LeaseStore`` judged on the fake clock (a lease
+expires at the time it was acquired or renewed plus its ttl); several backends may
+share one store to play several nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from leaderd.backends.base import Backend, BackendUnavailable, Candidate, Lease
+
+EPOCH = dt.datetime(2026, 11, 21, 10, 0, tzinfo=dt.UTC)
+
+
+class FakeClock:
+    """monotonic() moves only when a test calls advance(); wall() is EPOCH plus it."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wall(self) -> dt.datetime:
+        return EPOCH + dt.timedelta(seconds=self.now)
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        due = [f for t, f in self._sleepers if t <= self.now]
+        self._sleepers = [(t, f) for t, f in self._sleepers if t > self.now]
+        for future in due:
+            if not future.done():
+                future.set_result(None)
+
+    async def sleep_until(self, when: float) -> None:
+        if when <= self.now:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._sleepers.append((when, future))
+        await future
+
+
+class RealClock:
+    """The system clock with the same sleep_until, for the short real-time run() tests."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def wall(self) -> dt.datetime:
+        return dt.datetime.now(dt.UTC)
+
+    async def sleep_until(self, when: float) -> None:
+        await asyncio.sleep(max(0.0, when - time.monotonic()))
+
+
+Clock = FakeClock | RealClock
+
+
+@dataclass
+class Row:
+    holder: str | None = None
+    address: str = ""
+    term: int = 0
+    acquired_at: dt.datetime | None = None
+    expires_at: float = 0.0
+
+
+class LeaseStore:
+    """The shared lease table: what a real database would hold, judged on ``clock``."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.rows: dict[str, Row] = {}
+        self.changed = asyncio.Event()
+
+    def lease(self, election: str) -> Lease:
+        row = self.rows.setdefault(election, Row())
+        now = self.clock.monotonic()
+        if row.holder is not None and now >= row.expires_at:
+            row.holder, row.address, row.acquired_at = None, "", None
+        expires_in = row.expires_at - now if row.holder is not None else None
+        return Lease(election, row.holder, row.address, row.term, row.acquired_at, expires_in)
+
+    def take(self, election: str, candidate: Candidate, ttl: float) -> Lease:
+        """Acquire or renew for ``candidate`` if free or its own; else change nothing."""
+        lease = self.lease(election)
+        row = self.rows[election]
+        if lease.holder is None:
+            row.holder, row.address = candidate.node_id, candidate.address
+            row.term += 1
+            row.acquired_at = self.clock.wall()
+            self._wake()
+        if row.holder == candidate.node_id:
+            row.expires_at = self.clock.monotonic() + ttl
+        return self.lease(election)
+
+    def release(self, election: str, node_id: str, term: int) -> None:
+        lease = self.lease(election)
+        if lease.held_by(node_id) and lease.term == term:
+            row = self.rows[election]
+            row.holder, row.address, row.acquired_at = None, "", None
+            self._wake()
+
+    def _wake(self) -> None:
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+
+@dataclass(frozen=True)
+class Call:
+    method: str
+    args: tuple[object, ...]
+    at: float
+
+
+@dataclass
+class Script:
+    """What the next calls do instead of answering normally."""
+
+    failures: int = 0
+    hang_until: float | None = None
+    lose_to: Candidate | None = None
+    # The next acquire is served, then its answer is lost (BackendUnavailable).
+    lose_answer: bool = False
+    # The next acquire is served at once, but its answer arrives at this time.
+    answer_at: float | None = None
+    # The backend grants this many seconds instead of the ttl asked for.
+    grant: float | None = None
+    # wait_for_change raises at once / returns at once, every time.
+    broken_wait: bool = False
+    spurious_wait: bool = False
+
+
+@dataclass
+class RecordingBackend(Backend):
+    """One node's connection to a shared LeaseStore; records every call it gets."""
+
+    store: LeaseStore
+    calls: list[Call] = field(default_factory=list)
+    script: Script = field(default_factory=Script)
+    kind = "fake"
+
+    @classmethod
+    def from_url(cls, url: str) -> RecordingBackend:
+        raise NotImplementedError
+
+    @property
+    def description(self) -> str:
+        return "fake://"
+
+    async def open(self, elections: Sequence[str]) -> None:
+        self._record("open", tuple(elections))
+
+    async def observe(self, election: str) -> Lease:
+        self._enter("observe", election)
+        await self._hang(None)
+        return self.store.lease(election)
+
+    async def acquire_or_renew(
+        self, election: str, candidate: Candidate, ttl: float, timeout: float, wait: float = 0.0
+    ) -> Lease:
+        self._enter("acquire_or_renew", election, candidate.node_id, ttl, timeout)
+        await self._hang(timeout)
+        if self.script.lose_to is not None:
+            rival, self.script.lose_to = self.script.lose_to, None
+            self.store.take(election, rival, ttl)
+        lease = self.store.take(election, candidate, self.script.grant or ttl)
+        if self.script.lose_answer:
+            self.script.lose_answer = False
+            raise BackendUnavailable("acquire_or_renew: connection reset (scripted)")
+        if self.script.answer_at is not None:
+            until, self.script.answer_at = self.script.answer_at, None
+            await self.store.clock.sleep_until(until)
+        return lease
+
+    async def release(self, election: str, candidate: Candidate, term: int) -> None:
+        self._enter("release", election, candidate.node_id, term)
+        await self._hang(None)
+        self.store.release(election, candidate.node_id, term)
+
+    async def wait_for_change(self, election: str, timeout: float) -> None:
+        self._record("wait_for_change", (election, timeout))
+        if self.script.broken_wait:
+            raise BackendUnavailable("wait_for_change: connection lost (scripted)")
+        if self.script.spurious_wait:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.store.changed.wait(), timeout)
+
+    async def close(self) -> None:
+        self._record("close", ())
+
+    # ---- scripting ----
+
+    def fail_next(self, count: int) -> None:
+        """The next ``count`` requests raise BackendUnavailable."""
+        self.script.failures = count
+
+    def hang_next(self, until: float) -> None:
+        """The next request waits until the clock reads ``until``, then is served; one
+        with a timeout gives up (BackendUnavailable) if that comes first, as the contract says."""
+        self.script.hang_until = until
+
+    def lose_next_race(self, rival: Candidate) -> None:
+        """The next acquire finds ``rival`` took the lease just before it."""
+        self.script.lose_to = rival
+
+    def methods(self, *names: str) -> list[Call]:
+        return [c for c in self.calls if c.method in names]
+
+    def _enter(self, method: str, *args: object) -> None:
+        self._record(method, args)
+        if self.script.failures > 0:
+            self.script.failures -= 1
+            raise BackendUnavailable(f"{method}: connection refused (scripted)")
+
+    async def _hang(self, timeout: float | None) -> None:
+        if self.script.hang_until is None:
+            return
+        until, self.script.hang_until = self.script.hang_until, None
+        give_up = math.inf if timeout is None else self.store.clock.monotonic() + timeout
+        await self.store.clock.sleep_until(min(until, give_up))
+        if give_up <= until:
+            raise BackendUnavailable(f"request timed out after {timeout:g}s (scripted)")
+
+    def _record(self, method: str, args: tuple[object, ...]) -> None:
+        self.calls.append(Call(method, args, self.store.clock.monotonic()))
