@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -150,6 +151,24 @@ async def _sqlite(request: pytest.FixtureRequest) -> str:
 )
 async def _static(request: pytest.FixtureRequest) -> str:
     return "static://"
+
+
+@register("postgresql", marks=(pytest.mark.postgres,))
+async def _postgresql(request: pytest.FixtureRequest) -> str:
+    server = request.getfixturevalue("pg_server")  # the session-scoped server
+    return str(server.dsn(table=f"lease_{uuid.uuid4().hex[:10]}"))
+
+
+@register(
+    "postgresql+advisory",
+    expire=expire_by_closing,
+    marks=(pytest.mark.postgres,),
+    lacks={TTL: "an advisory lock held by a live session has no expiry time"},
+)
+async def _postgresql_advisory(request: pytest.FixtureRequest) -> str:
+    server = request.getfixturevalue("pg_server")
+    table = f"advisory_{uuid.uuid4().hex[:10]}"
+    return str(server.dsn(scheme="postgresql+advisory", table=table))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

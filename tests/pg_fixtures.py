@@ -1,0 +1,32 @@
+"""pytest plugin: a throwaway PostgreSQL server for the whole test session.
+
+``pg_server`` starts it once (and fails, never skips, when it cannot start); ``pg`` is
+the same server for one test that may stop, kill or restart it: it is running again
+before and after the test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.pgserver import PgServer
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    server = PgServer()
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture
+def pg(pg_server: PgServer) -> Iterator[PgServer]:
+    pg_server.ensure_running()
+    try:
+        yield pg_server
+    finally:
+        pg_server.ensure_running()

@@ -1,0 +1,53 @@
+"""Shared helpers for the PostgreSQL backend tests."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+
+from leaderd.backends import Backend, backend_from_url
+from tests.pgserver import PgServer
+
+SCHEMES = ("postgresql", "postgresql+advisory")
+
+
+def unique(prefix: str = "e") -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:10]}"
+
+
+def url(pg: PgServer, scheme: str, **params: str) -> str:
+    """A backend URL; the lease backend gets a table of its own per call site's choice."""
+    return pg.dsn(scheme=scheme, **params)
+
+
+@contextlib.asynccontextmanager
+async def opened(backend_url: str, *elections: str) -> AsyncIterator[Backend]:
+    backend = backend_from_url(backend_url)
+    await backend.open(list(elections))
+    try:
+        yield backend
+    finally:
+        await backend.close()
+
+
+@contextlib.asynccontextmanager
+async def admin(pg: PgServer) -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(pg.dsn())
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+class Stopwatch:
+    def __enter__(self) -> Stopwatch:
+        self.start = time.monotonic()
+        self.elapsed = 0.0
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.elapsed = time.monotonic() - self.start
