@@ -79,6 +79,7 @@ class Election:
         self._changed_at = self._clock.wall()
         self._changed = asyncio.Event()
         self._poke = asyncio.Event()
+        self._stopped = asyncio.Event()
         self._listeners: list[ChangeListener] = []
         self._streams: set[asyncio.Queue[ElectionStatus]] = set()
         self._pollers = 0
@@ -157,6 +158,7 @@ class Election:
         self._why = "shutting down"
         self._refresh(self._clock.monotonic())
         self._poke.set()
+        self._stopped.set()
 
     async def run(self) -> None:
         """Campaign until ``stop()``; then hand over: step-down hook, then release."""
@@ -192,12 +194,14 @@ class Election:
         wait = self._follow_period(self._lease) if campaigning and self._held_term is None else 0
         self._turn_due = t_send + timeout + wait + _STALL_SLACK
         try:
-            request = self._request(campaigning, timeout, wait)
-            lease = await asyncio.wait_for(request, timeout + wait)
+            lease = await self._send(self._request(campaigning, timeout, wait), timeout + wait)
         except (BackendError, TimeoutError) as exc:
             self._maybe_held = self._maybe_held or campaigning
             self._on_failure(exc)
             return self._jittered(self.timing.retry_interval)
+        if lease is None:  # abandoned for stop(): the hand-over looks the lease up
+            self._maybe_held = self._maybe_held or campaigning
+            return _MIN_DELAY
         # A resign or stop that came while the request was in flight wins over its answer,
         # even when its cooldown is already over.
         campaigning = campaigning and epoch == self._epoch
@@ -211,6 +215,26 @@ class Election:
         return max(_MIN_DELAY, delay)
 
     # ---- the round's parts ----
+
+    async def _send(self, request: Awaitable[Lease], timeout: float) -> Lease | None:
+        """The answer within ``timeout`` (else TimeoutError), or None if stop() came first:
+        a hand-over must not wait for a slow backend, shutdown_timeout bounds it."""
+        answer = asyncio.ensure_future(request)
+        stopped = asyncio.ensure_future(self._stopped.wait())
+        try:
+            done, _ = await asyncio.wait(
+                (answer, stopped), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            answer.cancel()
+            stopped.cancel()
+            # The backend call must be over before the next one starts (one call per election).
+            await asyncio.gather(answer, stopped, return_exceptions=True)
+        if answer in done:
+            return answer.result()
+        if stopped in done:
+            return None
+        raise TimeoutError
 
     async def _request(self, campaigning: bool, timeout: float, wait: float) -> Lease:
         if not campaigning:
@@ -270,8 +294,8 @@ class Election:
         self._refresh(self._clock.monotonic())
         if self.step_down_hook is not None:
             await self.step_down_hook(self.name)
-        if term is None and self._maybe_held:
-            term = await self._own_term()
+        if self._maybe_held:  # a request whose answer never came may have changed the lease
+            term = await self._own_term(default=term)
         if term is None:
             return
         try:
@@ -294,14 +318,15 @@ class Election:
             extra={"event": "released", "election": self.name, "term": term},
         )
 
-    async def _own_term(self) -> int | None:
-        """The term of the lease if this node holds it, by asking the backend; else None."""
+    async def _own_term(self, default: int | None) -> int | None:
+        """The term of the lease if the backend says this node holds it, None if it does
+        not; ``default`` if the backend cannot say."""
         try:
             lease = await asyncio.wait_for(
                 self._backend.observe(self.name), self.timing.renew_interval
             )
         except (BackendError, TimeoutError):
-            return None
+            return default
         self._maybe_held = False
         return lease.term if lease.held_by(self.candidate.node_id) else None
 

@@ -50,16 +50,23 @@ class FakeClock:
 
 
 class RealClock:
-    """The system clock with the same sleep_until, for the short real-time run() tests."""
+    """The system clock with the same sleep_until, for the short real-time run() tests;
+    jump() plays a process pause (every reader of this clock sees the time leap)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
 
     def monotonic(self) -> float:
-        return time.monotonic()
+        return time.monotonic() + self.offset
 
     def wall(self) -> dt.datetime:
-        return dt.datetime.now(dt.UTC)
+        return dt.datetime.now(dt.UTC) + dt.timedelta(seconds=self.offset)
+
+    def jump(self, seconds: float) -> None:
+        self.offset += seconds
 
     async def sleep_until(self, when: float) -> None:
-        await asyncio.sleep(max(0.0, when - time.monotonic()))
+        await asyncio.sleep(max(0.0, when - self.monotonic()))
 
 
 Clock = FakeClock | RealClock

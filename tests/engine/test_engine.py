@@ -710,3 +710,37 @@ async def test_resign_in_run_releases_at_once_and_campaigns_after_cooldown() -> 
     assert election.status().term == 2
     election.stop()
     await task
+
+
+async def test_stop_abandons_a_slow_renew_and_still_releases() -> None:
+    store = LeaseStore(RealClock())
+    backend = RecordingBackend(store)
+    slow = Timing(ttl=30, renew_interval=0.05, retry_interval=0.05)  # renew timeout ≈ 29 s
+    election = Election("default", A, slow, backend, clock=RealClock(), jitter=lambda: 0.0)
+    task = asyncio.create_task(election.run())
+    await until(lambda: election.status().is_leader)
+    backend.hang_next(store.clock.monotonic() + 60)
+    renewals = len(backend.methods("acquire_or_renew"))
+    await until(lambda: len(backend.methods("acquire_or_renew")) > renewals)
+    election.stop()
+    async with asyncio.timeout(0.5):
+        await task
+    assert [c.args for c in backend.methods("release")] == [("default", "node-a", 1)]
+    assert store.lease("default").holder is None
+
+
+async def test_stop_after_a_lost_renew_answer_releases_the_term_it_took() -> None:
+    clock = RealClock()
+    store = LeaseStore(clock)
+    backend = RecordingBackend(store)
+    election = Election("default", A, FAST, backend, clock=clock, jitter=lambda: 0.0)
+    task = asyncio.create_task(election.run())
+    await until(lambda: election.status().is_leader)
+    backend.script.lose_answer = True
+    clock.jump(FAST.ttl)  # a pause: the lease lapses here and at the backend
+    await until(lambda: not backend.script.lose_answer)  # the renewal took term 2, unheard
+    election.stop()
+    await task
+    assert store.lease("default").term == 2
+    assert store.lease("default").holder is None
+    assert backend.methods("release")[-1].args == ("default", "node-a", 2)
