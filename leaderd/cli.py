@@ -95,10 +95,16 @@ def _client_options(p: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace, command: list[str]) -> Config:
+    from .backends import BackendFatal, UnknownBackend, backend_from_url
+
     config = load(vars(args), file=args.config_file)
     if command and len(config.elections) != 1:
         names = ", ".join(e.name for e in config.elections)
         raise ConfigError(f"run -- COMMAND takes exactly one election (got {names})")
+    try:
+        backend_from_url(config.backend)  # parses the URL; connects to nothing
+    except (UnknownBackend, BackendFatal) as exc:
+        raise ConfigError(str(exc)) from None
     return config
 
 
@@ -115,12 +121,11 @@ def _run(args: argparse.Namespace, command: list[str]) -> int:
 
 
 def _check_config(args: argparse.Namespace) -> int:
-    from .backends import UnknownBackend, backend_from_url, redact_url
+    from .backends import redact_url
 
     try:
         config = _config(args, [])
-        backend_from_url(config.backend)
-    except (ConfigError, UnknownBackend, ValueError) as exc:
+    except ConfigError as exc:
         print(f"leaderd: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(f"config ok: node {config.node_id}, backend {redact_url(config.backend)}")

@@ -67,6 +67,8 @@ class Config:
     on_exit: str
     elections: tuple[ElectionConfig, ...]
     config_file: str | None
+    # The default SQLite file's directory, which the daemon creates; None for a given URL.
+    state_dir: str | None = None
 
 
 def load(
@@ -84,13 +86,14 @@ def load(
         node_id=_node_id(settings, env),
         address=str(settings.get("address", "")),
         backend=str(settings.get("backend") or default_backend(env)),
+        state_dir=None if settings.get("backend") else str(default_state_dir(env)),
         socket=str(settings.get("socket") or default_socket(env)),
         socket_mode=_mode(settings.get("socket_mode", "0660")),
         listen=_listen(settings.get("listen")),
         log_format=_choice("log_format", settings.get("log_format", "text"), ("text", "json")),
         log_level=_log_level(settings.get("log_level", "info")),
         shutdown_timeout=_seconds("shutdown_timeout", settings.get("shutdown_timeout", 10)),
-        kill_grace=_kill_grace(settings.get("kill_grace", 5), elections),
+        kill_grace=_kill_grace(settings.get("kill_grace"), elections),
         on_exit=_choice("on_exit", settings.get("on_exit", "release"), ("release", "restart")),
         elections=elections,
         config_file=path,
@@ -142,14 +145,16 @@ def default_socket(env: Mapping[str, str]) -> str:
 
 
 def default_backend(env: Mapping[str, str]) -> str:
+    return f"sqlite://{default_state_dir(env) / 'leaderd.db'}"
+
+
+def default_state_dir(env: Mapping[str, str]) -> Path:
     if env.get("STATE_DIRECTORY"):
-        state = Path(env["STATE_DIRECTORY"].split(":")[0])
-    elif os.geteuid() == 0:
-        state = Path("/var/lib/leaderd")
-    else:
-        home = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-        state = Path(home) / "leaderd"
-    return f"sqlite://{state / 'leaderd.db'}"
+        return Path(env["STATE_DIRECTORY"].split(":")[0])
+    if os.geteuid() == 0:
+        return Path("/var/lib/leaderd")
+    home = env.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(home) / "leaderd"
 
 
 def _elections(
@@ -243,6 +248,9 @@ def _log_level(value: Any) -> str:
 
 
 def _kill_grace(value: Any, elections: tuple[ElectionConfig, ...]) -> float:
+    """An explicit grace must fit in every lease; the default (5s) shrinks to fit short ones."""
+    if value is None:
+        return min([5.0] + [(e.timing.ttl - e.timing.renew_interval) / 2 for e in elections])
     grace = _seconds("kill_grace", value)
     for election in elections:
         room = election.timing.ttl - election.timing.renew_interval

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 from collections.abc import Callable
@@ -57,6 +58,7 @@ class Daemon:
             sock_path,
             extra={"event": "starting"},
         )
+        self._install_signal_handlers()  # before the socket exists: a stop is never lost
         try:
             self._unix = self._bind_unix()
         except (SocketInUse, SocketPathError) as exc:
@@ -70,7 +72,6 @@ class Daemon:
             await self._serve(node)
             tasks = [asyncio.create_task(e.run()) for e in node.elections.values()]
             helpers = self._start_helpers(node)
-            self._install_signal_handlers()
             await self._until_stopped(tasks + helpers)
             await self._shut_down(node, tasks, helpers)
         finally:
@@ -85,9 +86,14 @@ class Daemon:
     async def _open_backend(self, backend: Backend) -> bool:
         names = [e.name for e in self.config.elections]
         try:
+            if self.config.state_dir:
+                os.makedirs(self.config.state_dir, mode=0o750, exist_ok=True)
             await backend.open(names)
         except BackendFatal as exc:
             log.error("cannot use backend %s: %s", backend.description, exc)
+            return False
+        except OSError as exc:
+            log.error("cannot create state directory %s: %s", self.config.state_dir, exc.strerror)
             return False
         except BackendUnavailable as exc:
             log.warning(

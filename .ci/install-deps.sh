@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs everything the test suite needs on a fresh Debian machine; idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export DEBIAN_FRONTEND=noninteractive
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+missing=()
+command -v curl >/dev/null || missing+=(curl)
+# The suite starts its own PostgreSQL server with initdb/pg_ctl.
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+command -v runuser >/dev/null || missing+=(util-linux)
+if [ ${#missing[@]} -gt 0 ]; then
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Packaging, systemd-analyze, hadolint, kubernetes-validate for tests/deploy.
+bash .ci/install-deploy-tools.sh
+
+PYTHON="${PYTHON:-python3}"
+"$PYTHON" -m pip install -q --disable-pip-version-check -e '.[test]'

@@ -1,0 +1,157 @@
+"""Real leaderd processes for process tests, benchmarks and the chaos harness.
+
+Each Daemon is `python -m leaderd run ...` in its own session, with its log in a
+file, queried over its Unix socket exactly as users do (`curl --unix-socket`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def short_tempdir(prefix: str = "ld-") -> str:
+    """A directory for sockets: Unix socket paths must stay under 108 bytes."""
+    return tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+
+
+class Daemon:
+    def __init__(
+        self,
+        node_id: str,
+        backend: str,
+        *,
+        workdir: str,
+        elections: Sequence[str] = ("default",),
+        ttl: float = 2.0,
+        renew_interval: float = 0.5,
+        retry_interval: float = 0.25,
+        extra_args: Sequence[str] = (),
+        command: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        socket: str | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.backend = backend
+        self.socket = socket or os.path.join(workdir, f"{node_id}.sock")
+        self.log_path = os.path.join(workdir, f"{node_id}.log")
+        self.args = [
+            sys.executable, "-m", "leaderd", "run",
+            "--backend", backend, "--node-id", node_id, "--socket", self.socket,
+            "--ttl", str(ttl), "--renew-interval", str(renew_interval),
+            "--retry-interval", str(retry_interval), "--log-level", "debug",
+            *[arg for name in elections for arg in ("--election", name)],
+            *extra_args,
+        ]  # fmt: skip
+        if command:
+            self.args += ["--", *command]
+        self.env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Daemon:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps it open
+        self.proc = subprocess.Popen(
+            self.args, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+        )
+        log.close()
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, signum: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signum)
+
+    def wait(self, timeout: float = 15.0) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def stop(self, timeout: float = 15.0) -> int:
+        if not self.alive():
+            return self.proc.returncode if self.proc else 0
+        self.signal(signal.SIGTERM)
+        return self.wait(timeout)
+
+    def kill(self) -> None:
+        if self.alive():
+            os.killpg(self.pid, signal.SIGKILL)
+            self.wait()
+
+    def log(self) -> str:
+        try:
+            return Path(self.log_path).read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def get(self, path: str, timeout: float = 5.0) -> tuple[int, Any]:
+        """GET over the Unix socket with curl, as a user would: (status code, JSON body)."""
+        return curl(self.socket, path, timeout=timeout)
+
+    def post(self, path: str, timeout: float = 5.0) -> tuple[int, Any]:
+        return curl(self.socket, path, method="POST", timeout=timeout)
+
+    def is_leader(self) -> bool | None:
+        """True/False from /leader; None when the daemon does not answer."""
+        code, _ = self.get("/leader")
+        return None if code == 0 else code == 200
+
+    def wait_ready(self, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise AssertionError(f"{self.node_id} exited early:\n{self.log()}")
+            if self.get("/ready")[0] == 200:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"{self.node_id} not ready after {timeout}s:\n{self.log()}")
+
+
+def curl(
+    socket_path: str, path: str, *, method: str = "GET", timeout: float = 5.0
+) -> tuple[int, Any]:
+    """(status code, JSON body) from `curl --unix-socket`; (0, None) if nobody answers."""
+    assert shutil.which("curl"), "curl is needed by the process tests (apt-get install curl)"
+    out = subprocess.run(
+        ["curl", "-sS", "-X", method, "--max-time", str(timeout), "--unix-socket", socket_path,
+         "-w", "\n%{http_code}", f"http://localhost{path}"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    body, _, code = out.stdout.rpartition("\n")
+    if out.returncode != 0 or not code.isdigit() or code == "000":
+        return 0, None
+    return int(code), json.loads(body) if body.strip() else None
+
+
+def wait_for(
+    predicate: Any, timeout: float, interval: float = 0.02, what: str = "condition"
+) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def leaders(daemons: Sequence[Daemon]) -> list[Daemon]:
+    return [d for d in daemons if d.alive() and d.is_leader()]
