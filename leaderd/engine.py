@@ -62,7 +62,7 @@ class Election:
         self._deadline = -math.inf
         self._renewed_at = -math.inf
         self._release_due: int | None = None
-        # An acquire whose answer was lost may have won: look before leaving.
+        # A request whose answer never came may have taken the lease, or a new term.
         self._maybe_held = False
         self._cooldown_until = -math.inf
         self._stopping = False
@@ -307,7 +307,7 @@ class Election:
                 "could not release election %s, term %d: %s; it expires by itself within ttl",
                 self.name,
                 term,
-                exc or "request timed out",
+                str(exc) or "request timed out",
                 extra={"event": "release_failed", "election": self.name, "term": term},
             )
             return

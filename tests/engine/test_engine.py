@@ -744,3 +744,19 @@ async def test_stop_after_a_lost_renew_answer_releases_the_term_it_took() -> Non
     assert store.lease("default").term == 2
     assert store.lease("default").holder is None
     assert backend.methods("release")[-1].args == ("default", "node-a", 2)
+
+
+async def test_a_release_that_times_out_is_logged_in_words(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = LeaseStore(RealClock())
+    election, backend = fast_node(store)
+    task = asyncio.create_task(election.run())
+    await until(lambda: election.status().is_leader)
+    election.stop()
+    backend.hang_next(store.clock.monotonic() + 60)  # the release hangs
+    await task
+    assert (
+        "could not release election default, term 1: request timed out; "
+        "it expires by itself within ttl" in caplog.messages
+    )
