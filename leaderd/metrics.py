@@ -16,7 +16,14 @@ import time
 from collections.abc import Awaitable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, Info, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    Info,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -36,6 +43,8 @@ class Metrics:
     """The daemon's metrics and their registry."""
 
     def __init__(self, version: str = __version__) -> None:
+        # No *_created series: they double the output and no leaderd alert needs them.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=True)
         self.transitions = Counter(
             "leaderd_transitions",
