@@ -1,0 +1,297 @@
+"""What only the SQLite backend promises: URL forms, the file, its errors, boots, processes."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from leaderd.backends import BackendFatal, BackendUnavailable, Candidate, backend_from_url
+from leaderd.backends.sqlite import SQLiteBackend
+
+from .conftest import ELECTIONS, LONG_TTL, SHORT_TTL
+
+E = "default"
+A = Candidate("node-a", "10.0.0.1:8080")
+B = Candidate("node-b")
+REPO = Path(__file__).resolve().parents[2]
+COLUMNS = [
+    "election",
+    "holder",
+    "address",
+    "term",
+    "acquired_at",
+    "renewed_at",
+    "expires_at",
+    "boot_id",
+    "expires_mono",
+]
+
+
+async def opened(path: Path | str, query: str = "") -> SQLiteBackend:
+    backend = SQLiteBackend.from_url(f"sqlite://{path}{query}")
+    await backend.open(ELECTIONS)
+    return backend
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> Path:
+    return tmp_path / "leaderd.db"
+
+
+def test_url_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    absolute = backend_from_url("sqlite:///var/lib/leaderd/leaderd.db")
+    assert isinstance(absolute, SQLiteBackend) and absolute.path == "/var/lib/leaderd/leaderd.db"
+    monkeypatch.chdir(tmp_path)
+    relative = SQLiteBackend.from_url("sqlite:state/l.db?table=my_lease&busy_timeout_ms=250")
+    assert relative.path == str(tmp_path / "state" / "l.db") and relative.table == "my_lease"
+    assert relative.description == f"sqlite://{tmp_path}/state/l.db?table=my_lease"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:",
+        "sqlite://host/x.db",
+        "sqlite:///x.db?bogus=1",
+        "sqlite:///x.db?table=drop;table",
+        "sqlite:///x.db?busy_timeout_ms=-1",
+        "sqlite:///x.db?poll_interval_ms=fast",
+    ],
+)
+def test_bad_urls_are_fatal(url: str) -> None:
+    with pytest.raises(BackendFatal):
+        SQLiteBackend.from_url(url)
+
+
+async def test_the_file_is_in_wal_mode_with_the_documented_schema(db: Path) -> None:
+    backend = await opened(db, "?table=my_lease")
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert [r[1] for r in conn.execute("PRAGMA table_info(my_lease)")] == COLUMNS
+        rows = conn.execute("SELECT election, holder, term FROM my_lease ORDER BY 1").fetchall()
+    assert rows == [("default", None, 0), ("other", None, 0)]  # every election is visible
+    await backend.close()
+
+
+async def test_a_missing_directory_is_fatal(tmp_path: Path) -> None:
+    path = tmp_path / "missing" / "leaderd.db"
+    with pytest.raises(BackendFatal, match=str(path)):
+        await opened(path)
+    assert not path.parent.exists()  # leaderd creates the file, never its directory
+
+
+async def test_a_path_under_a_regular_file_is_fatal(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(BackendFatal, match=str(tmp_path / "file")):
+        await opened(tmp_path / "file" / "leaderd.db")
+
+
+@pytest.fixture
+def corrupt(db: Path) -> Path:
+    db.write_bytes(b"this is no database " * 400)
+    return db
+
+
+async def test_a_corrupt_file_is_fatal_and_named(corrupt: Path) -> None:
+    db = corrupt
+    with pytest.raises(BackendFatal, match=rf"{db}.*not a database"):
+        await opened(db)
+
+
+async def test_a_table_of_another_shape_is_fatal(db: Path) -> None:
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE leaderd_lease (x)")
+    with pytest.raises(BackendFatal, match=str(db)):
+        await opened(db)
+
+
+@pytest.fixture
+def immutable(db: Path) -> Iterator[Path]:
+    """The database file with the immutable attribute: not even root may write it."""
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA journal_mode = WAL")
+    subprocess.run(["chattr", "+i", str(db)], check=True)
+    try:
+        yield db
+    finally:
+        subprocess.run(["chattr", "-i", str(db)], check=True)
+
+
+async def test_a_read_only_file_is_fatal_even_for_root(immutable: Path) -> None:
+    with pytest.raises(BackendFatal, match=rf"{immutable}.*readonly"):
+        await opened(immutable)
+
+
+UNPRIVILEGED_OPEN = """
+import asyncio, sys
+from leaderd.backends import BackendError, backend_from_url
+async def main():
+    try:
+        await backend_from_url(sys.argv[1]).open(["default"])
+    except BackendError as exc:
+        print(type(exc).__name__, exc)
+    else:
+        print("opened")
+asyncio.run(main())
+"""
+
+
+def open_without_privileges(path: Path) -> str:
+    """Open in a root process stripped of every capability: permission bits bind it."""
+    command = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", sys.executable]
+    result = subprocess.run(
+        [*command, "-c", UNPRIVILEGED_OPEN, f"sqlite://{path}"],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+async def test_an_unwritable_directory_is_fatal(tmp_path: Path) -> None:
+    directory = tmp_path / "read-only"
+    directory.mkdir(mode=0o555)
+    answer = open_without_privileges(directory / "leaderd.db")
+    assert answer.startswith("BackendFatal") and str(directory) in answer, answer
+
+
+async def test_an_unwritable_file_is_fatal(db: Path) -> None:
+    await (await opened(db)).close()
+    os.chmod(db, 0o444)
+    answer = open_without_privileges(db)
+    assert answer.startswith("BackendFatal") and str(db) in answer, answer
+    assert "readonly" in answer, answer
+
+
+async def test_a_lease_from_a_previous_boot_counts_as_expired(db: Path) -> None:
+    a, b = await opened(db), await opened(db)
+    mine = await a.acquire_or_renew(E, A, LONG_TTL, timeout=5)
+    with sqlite3.connect(db) as conn:  # as if the host rebooted since
+        conn.execute("UPDATE leaderd_lease SET boot_id = 'previous-boot', expires_mono = 1e12")
+    seen = await b.observe(E)
+    assert (seen.holder, seen.term) == (None, mine.term)
+    again = await a.acquire_or_renew(E, A, LONG_TTL, timeout=5)
+    assert again.held_by(A.node_id) and again.term == mine.term + 1  # a new term, not a renewal
+
+
+async def test_a_locked_file_makes_requests_give_up_in_time_and_recover(db: Path) -> None:
+    backend = await opened(db)
+    locker = sqlite3.connect(db, isolation_level=None)
+    locker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailable, match=str(db)):
+        await backend.acquire_or_renew(E, A, LONG_TTL, timeout=0.3)
+    assert time.monotonic() - started < 2.0
+    assert (await backend.observe(E)).holder is None  # WAL: reads go on during a write
+    locker.execute("ROLLBACK")
+    locker.execute("BEGIN IMMEDIATE")  # the backend does not keep a transaction open
+    locker.execute("ROLLBACK")
+    lease = await backend.acquire_or_renew(E, A, LONG_TTL, timeout=5)
+    assert lease.held_by(A.node_id)
+    await backend.close()
+
+
+async def test_a_waiter_wakes_when_the_lease_it_saw_lapses(db: Path) -> None:
+    a, b = await opened(db), await opened(db)
+    await a.acquire_or_renew(E, A, SHORT_TTL, timeout=5)
+    await b.observe(E)
+    started = time.monotonic()
+    await b.wait_for_change(E, 5.0)
+    assert SHORT_TTL * 0.7 < time.monotonic() - started < 2.5
+
+
+async def test_renewals_do_not_wake_waiters(db: Path) -> None:
+    a, b = await opened(db), await opened(db)
+    await a.acquire_or_renew(E, A, LONG_TTL, timeout=5)
+    await b.observe(E)
+    waiter = asyncio.create_task(b.wait_for_change(E, 0.8))
+    for _ in range(10):
+        await asyncio.sleep(0.05)
+        assert (await a.acquire_or_renew(E, A, LONG_TTL, timeout=5)).held_by(A.node_id)
+        assert not waiter.done()
+    await waiter
+
+
+async def test_close_wakes_waiters(db: Path) -> None:
+    backend = await opened(db)
+    await backend.observe(E)
+    waiter = asyncio.create_task(backend.wait_for_change(E, 30.0))
+    await asyncio.sleep(0.1)
+    await backend.close()
+    await asyncio.wait_for(waiter, 2.0)
+
+
+CONTENDER = """
+import asyncio, json, random, sys, time
+from leaderd.backends import Candidate, backend_from_url
+async def main(url, node):
+    backend = backend_from_url(url)
+    await backend.open(["default", "other"])
+    me = Candidate(node)
+    print("ready", flush=True)
+    sys.stdin.readline()  # every contender starts at once
+    first = await backend.acquire_or_renew("default", me, 60.0, timeout=20)
+    held, end = [], time.monotonic() + 2.0
+    while time.monotonic() < end:  # then churn on "other": short leases, some released
+        sent = time.monotonic()
+        lease = await backend.acquire_or_renew("other", me, 0.1, timeout=2)
+        if lease.held_by(node):  # it leads from the answer until sent + ttl, or until release
+            held.append([lease.term, time.monotonic(), sent + 0.1])
+            if random.random() < 0.3:
+                for span in held:  # steps down first: ends every span of this term
+                    if span[0] == lease.term:
+                        span[2] = min(span[2], time.monotonic())
+                await backend.release("other", me, lease.term)
+        await asyncio.sleep(random.choice([0.0, 0.0, 0.12]) + random.uniform(0, 0.02))  # lapses
+    await backend.close()
+    print(json.dumps({"holder": first.holder, "term": first.term, "held": held}))
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+async def test_processes_contending_on_one_file_never_overlap(db: Path) -> None:
+    nodes = [f"proc-{i}" for i in range(6)]
+    procs = [
+        await asyncio.create_subprocess_exec(
+            *(sys.executable, "-c", CONTENDER, f"sqlite://{db}", node),
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        for node in nodes
+    ]
+    for proc in procs:
+        assert proc.stdout is not None and await proc.stdout.readline() == b"ready\n"
+    outputs = []
+    for proc in procs:
+        proc.stdin.write(b"go\n")  # type: ignore[union-attr]
+    for proc in procs:
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0
+        outputs.append(json.loads(out))
+    # Round one: all at once, long ttl: exactly one holder, the same answer for everyone.
+    assert len({(o["holder"], o["term"]) for o in outputs}) == 1
+    assert outputs[0]["holder"] in nodes and outputs[0]["term"] == 1
+    # The churn: one holder per term, and no two nodes ever believed they led at once.
+    spans = [(n, *span) for n, o in zip(nodes, outputs, strict=True) for span in o["held"]]
+    spans = [span for span in spans if span[2] < span[3]]  # an answer after sent + ttl: nothing
+    holders_of: dict[int, set[str]] = {}
+    for node, term, _, _ in spans:
+        holders_of.setdefault(term, set()).add(node)
+    assert len(holders_of) > 3 and all(len(h) == 1 for h in holders_of.values()), holders_of
+    for one, two in itertools.combinations(spans, 2):
+        assert one[0] == two[0] or one[3] <= two[2] or two[3] <= one[2], (one, two)
