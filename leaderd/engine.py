@@ -221,20 +221,25 @@ class Election:
         a hand-over must not wait for a slow backend, shutdown_timeout bounds it."""
         answer = asyncio.ensure_future(request)
         stopped = asyncio.ensure_future(self._stopped.wait())
+        give_up = self._clock.monotonic() + timeout
         try:
-            done, _ = await asyncio.wait(
-                (answer, stopped), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-            )
+            while True:
+                now = self._clock.monotonic()
+                if now >= give_up:
+                    raise TimeoutError
+                nap = max(_MIN_DELAY, min(give_up, self._next_boundary(now)) - now)
+                done, _ = await asyncio.wait(
+                    (answer, stopped), timeout=nap, return_when=asyncio.FIRST_COMPLETED
+                )
+                if done:
+                    break
+                self._refresh(self._clock.monotonic())  # time alone changed the role: tell now
         finally:
             answer.cancel()
             stopped.cancel()
             # The backend call must be over before the next one starts (one call per election).
             await asyncio.gather(answer, stopped, return_exceptions=True)
-        if answer in done:
-            return answer.result()
-        if stopped in done:
-            return None
-        raise TimeoutError
+        return answer.result() if answer in done else None
 
     async def _request(self, campaigning: bool, timeout: float, wait: float) -> Lease:
         if not campaigning:

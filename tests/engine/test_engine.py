@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from leaderd.backends.base import Candidate
+from leaderd.backends.base import Candidate, Lease
 from leaderd.backends.static import StaticBackend
 from leaderd.engine import Election
 from leaderd.status import Role
@@ -760,3 +760,36 @@ async def test_a_release_that_times_out_is_logged_in_words(
         "could not release election default, term 1: request timed out; "
         "it expires by itself within ttl" in caplog.messages
     )
+
+
+class StuckBackend(RecordingBackend):
+    """Its acquire can block past its timeout, as a lock wait may (the engine allows
+    timeout + wait)."""
+
+    stuck = False
+
+    async def acquire_or_renew(
+        self, election: str, candidate: Candidate, ttl: float, timeout: float, wait: float = 0.0
+    ) -> Lease:
+        if self.stuck:
+            self._record("acquire_or_renew", (election, candidate.node_id, ttl, timeout))
+            await asyncio.Event().wait()
+        return await super().acquire_or_renew(election, candidate, ttl, timeout, wait)
+
+
+async def test_watchers_hear_a_follower_fail_closed_while_its_request_is_in_flight() -> None:
+    store = LeaseStore(RealClock())
+    store.take("default", B, 60)
+    backend = StuckBackend(store)
+    timing = Timing(ttl=0.25, renew_interval=0.1, retry_interval=0.05, safety_margin=0.01)
+    election = Election("default", A, timing, backend, clock=RealClock(), jitter=lambda: 0.0)
+    heard: list[tuple[Role, str | None]] = []
+    election.add_listener(lambda status: heard.append((status.role, election.last_error)))
+    task = asyncio.create_task(election.run())
+    await until(lambda: election.status().leader is not None)
+    backend.stuck = True
+    # The next round starts 0.1 s after the last answer and may last 0.2 s: past the ttl.
+    await until(lambda: (UNKNOWN, None) in heard)  # published with the request still out
+    assert election.last_error is None
+    election.stop()
+    await task
