@@ -1,0 +1,105 @@
+"""The command line as operators use it: watch, JSON logs, socket activation, the quick start."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import orjson
+import pytest
+
+from tests.daemons import REPO, Daemon, curl, short_tempdir, wait_for
+
+
+@pytest.fixture
+def workdir() -> Iterator[str]:
+    path = short_tempdir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_watch_prints_one_line_per_change(workdir: str) -> None:
+    d = Daemon("w", f"sqlite://{workdir}/lease.db", workdir=workdir).start()
+    d.wait_ready()
+    wait_for(d.is_leader, timeout=5, what="leadership")
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "leaderd", "watch", "--socket", d.socket, "--json"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert watch.stdout is not None
+    first = orjson.loads(watch.stdout.readline())
+    assert first["role"] == "leader"
+    assert d.post("/resign?cooldown=30")[0] == 200
+    second = orjson.loads(watch.stdout.readline())
+    assert second["revision"] == first["revision"] + 1 and second["role"] == "follower"
+    d.signal(signal.SIGTERM)
+    # The stream carries the stopped state, then ends: watch exits 0.
+    rest = [orjson.loads(line) for line in watch.stdout if line.strip()]
+    assert rest and rest[-1]["role"] == "stopped"
+    assert watch.wait(10) == 0 and d.wait() == 0
+
+
+def test_json_logs_are_one_object_per_line(workdir: str) -> None:
+    d = Daemon(
+        "j",
+        "postgresql://leaderd:hunter2@127.0.0.1:9/nowhere",
+        workdir=workdir,
+        extra_args=["--log-format", "json"],
+    ).start()
+    wait_for(lambda: "unknown" in d.log(), timeout=10, what="a decision about the election")
+    d.signal(signal.SIGTERM)
+    assert d.wait() == 0
+    entries = [orjson.loads(line) for line in d.log().splitlines()]
+    assert (
+        entries[0]["message"].startswith("leaderd ")
+        and "curl --unix-socket" in entries[0]["message"]
+    )
+    assert all({"time", "level", "message"} <= set(e) for e in entries)
+    assert any(e.get("election") == "default" and e.get("event") for e in entries)
+    assert "hunter2" not in d.log(), "the password must never be logged"
+
+
+@pytest.mark.skipif(not shutil.which("systemd-socket-activate"), reason="no systemd installed")
+def test_socket_activation_uses_the_passed_socket(workdir: str) -> None:
+    path = os.path.join(workdir, "activated.sock")
+    proc = subprocess.Popen(
+        ["systemd-socket-activate", "-l", path, sys.executable, "-m", "leaderd", "run",
+         "--backend", "static://", "--node-id", "sa", "--socket", f"{workdir}/unused.sock"],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        # systemd-socket-activate starts the daemon on the first connection.
+        code, body = wait_for(lambda: (r := curl(path, "/leader"))[0] == 200 and r, timeout=15)
+        assert code == 200 and body["node_id"] == "sa"
+        assert not os.path.exists(f"{workdir}/unused.sock")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+
+
+def test_quick_start_runs_with_no_configuration(workdir: str) -> None:
+    """A bare `leaderd` as an ordinary user: state and socket under its own directories."""
+    env = {
+        "HOME": workdir,
+        "XDG_STATE_HOME": f"{workdir}/state",
+        "XDG_RUNTIME_DIR": workdir,
+        "RUNTIME_DIRECTORY": workdir,
+        "STATE_DIRECTORY": f"{workdir}/state/leaderd",
+    }
+    d = Daemon("quick", "unused", workdir=workdir, env=env)
+    d.args = [sys.executable, "-m", "leaderd"]
+    d.socket = f"{workdir}/leaderd.sock"
+    d.start().wait_ready()
+    wait_for(d.is_leader, timeout=5, what="leadership")
+    first_line = d.log().splitlines()[0]
+    assert f"curl --unix-socket {d.socket} http://localhost/leader" in first_line
+    assert os.path.exists(f"{workdir}/state/leaderd/leaderd.db")
+    assert d.stop() == 0
