@@ -286,7 +286,7 @@ class PostgresAdvisoryBackend(Backend):
                 raise TimeoutError
             async with asyncio.timeout(timeout):
                 row = await s.conn.fetchrow(_KEEPALIVE, s.key)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
+        except Exception:  # whatever went wrong (even asyncpg internals), it is in doubt
             # In doubt: not held. The session is closed on the next call, once the engine
             # has stepped down, never while it may still answer "leader".
             s.term, s.stale = None, True

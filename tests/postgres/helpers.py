@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import asyncpg
 
@@ -41,6 +42,15 @@ async def admin(pg: PgServer) -> AsyncIterator[asyncpg.Connection]:
         yield conn
     finally:
         await conn.close()
+
+
+async def until(predicate: Callable[[], bool], timeout: float) -> bool:
+    """Poll ``predicate`` every 10 ms for up to ``timeout`` seconds."""
+    for _ in range(max(1, int(timeout / 0.01))):
+        if predicate():
+            return True
+        await asyncio.sleep(0.01)
+    return predicate()
 
 
 class Stopwatch:

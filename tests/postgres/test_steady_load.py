@@ -1,0 +1,81 @@
+"""Queries per second per node at steady state with the default timing (ttl 15, renew 5,
+retry 2), three nodes, an engine-like loop. Slow (about 20 s per backend)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from leaderd.backends import Backend, BackendError, Candidate
+from leaderd.backends.pgcommon import PgSettings
+from tests.pgserver import PgServer
+from tests.postgres.helpers import SCHEMES, opened, unique
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+TTL, RENEW, RETRY = 15.0, 5.0, 2.0
+WARMUP, WINDOW = 2.0, 18.0
+
+
+async def node(backend: Backend, me: Candidate, e: str, stop: asyncio.Event) -> None:
+    """The engine's loop, reduced to its requests."""
+    while not stop.is_set():
+        t_send = time.monotonic()
+        try:
+            lease = await backend.acquire_or_renew(e, me, TTL, timeout=TTL - RENEW, wait=RENEW)
+        except BackendError:
+            await asyncio.sleep(RETRY)
+            continue
+        if lease.held_by(me.node_id):
+            await asyncio.sleep(max(0.0, t_send + RENEW - time.monotonic()))
+        else:
+            period = min(RENEW, lease.expires_in if lease.expires_in is not None else RENEW)
+            await backend.wait_for_change(e, max(0.0, t_send + period - time.monotonic()))
+
+
+async def test_steady_state_queries_per_node(
+    pg_server: PgServer, scheme: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counts: dict[str, int] = {}
+    connect = PgSettings.connect
+
+    async def counting_connect(self: PgSettings, timeout: float, settings: dict[str, str]) -> Any:
+        conn = await connect(self, timeout, settings)
+        name = self.application_name
+        conn.add_query_logger(lambda record: counts.__setitem__(name, counts.get(name, 0) + 1))
+        return conn
+
+    monkeypatch.setattr(PgSettings, "connect", counting_connect)
+    e, table = unique(), unique("t")
+    stop = asyncio.Event()
+    async with (
+        opened(pg_server.dsn(scheme=scheme, table=table, application_name="n0"), e) as b0,
+        opened(pg_server.dsn(scheme=scheme, table=table, application_name="n1"), e) as b1,
+        opened(pg_server.dsn(scheme=scheme, table=table, application_name="n2"), e) as b2,
+    ):
+        tasks = [
+            asyncio.create_task(node(b, Candidate(f"n{i}"), e, stop))
+            for i, b in enumerate((b0, b1, b2))
+        ]
+        await asyncio.sleep(WARMUP)
+        before = dict(counts)
+        await asyncio.sleep(WINDOW)
+        after = dict(counts)
+        stop.set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    qps = {n: (after.get(n, 0) - before.get(n, 0)) / WINDOW for n in ("n0", "n1", "n2")}
+    print(
+        f"\n{scheme}: steady-state queries/s per node: "
+        + ", ".join(f"{n} {q:.2f}" for n, q in sorted(qps.items()))
+    )
+    assert all(q <= 1.0 for q in qps.values()), qps
+
+
+@pytest.fixture(params=SCHEMES)
+def scheme(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
