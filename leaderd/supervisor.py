@@ -170,7 +170,7 @@ class Supervisor:
         child = _Child.spawn(self.command, env, term, deadline, self.kill_grace)
         error = await child.started()
         if error is not None:
-            await child.gone(timeout=_START_TIMEOUT)
+            await child.reaped()
             raise ChildStartError(f"cannot start {shlex.join(self.command)}: {error}")
         log.info(
             "starting child '%s' (pid %d) for election %s, term %d",
@@ -290,8 +290,8 @@ class _Child:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._reported), _START_TIMEOUT)
         if self.pid == 0 and self._error is None:
-            self.kill()
-            return "the keeper process did not report"
+            self.keeper.kill()
+            return f"its keeper did not report within {_START_TIMEOUT:g}s"
         return self._error
 
     def extend(self, deadline: float) -> None:
