@@ -1,0 +1,46 @@
+# leaderd container image: a small, non-root image whose entrypoint is the daemon.
+#
+#   docker build -t leaderd .
+#   docker run --rm -v leaderd-run:/run/leaderd leaderd run --backend static://
+#
+# The builder stage turns the source into wheels (leaderd and every dependency,
+# all of which ship binary wheels for CPython 3.11, so no compiler is needed) and
+# installs them into a virtualenv without pip; the final stage copies only that
+# virtualenv. tests/deploy/test_container.py runs the builder's RUN lines in a
+# fresh virtualenv, so keep them plain shell.
+
+FROM python:3.11-slim-bookworm AS builder
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+WORKDIR /src
+COPY . /src
+RUN python -m pip wheel --wheel-dir /wheels /src
+RUN python -m venv --without-pip /opt/leaderd \
+ && python -m pip --python /opt/leaderd/bin/python install --no-index --find-links /wheels leaderd \
+ && /opt/leaderd/bin/leaderd --version
+
+FROM python:3.11-slim-bookworm
+LABEL org.opencontainers.image.title="leaderd" \
+      org.opencontainers.image.description="Leader election sidecar daemon" \
+      org.opencontainers.image.licenses="Apache-2.0"
+# A fixed numeric id, so Kubernetes' runAsNonRoot can check it.
+RUN groupadd --system --gid 10001 leaderd \
+ && useradd --system --uid 10001 --gid leaderd --home-dir /var/lib/leaderd --no-create-home \
+      --shell /usr/sbin/nologin leaderd \
+ && install -d -o leaderd -g leaderd -m 0750 /run/leaderd /var/lib/leaderd
+COPY --from=builder /opt/leaderd /opt/leaderd
+# RUNTIME_DIRECTORY/STATE_DIRECTORY are what systemd would set: the default socket
+# is /run/leaderd/leaderd.sock and the default SQLite file /var/lib/leaderd/leaderd.db.
+ENV PATH=/opt/leaderd/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    RUNTIME_DIRECTORY=/run/leaderd \
+    STATE_DIRECTORY=/var/lib/leaderd
+# The socket directory is shared with the app's container; SQLite's lives on.
+VOLUME ["/run/leaderd", "/var/lib/leaderd"]
+USER 10001:10001
+# The optional read-only probe listener (--listen 0.0.0.0:4040).
+EXPOSE 4040
+# leaderd releases its leases and exits 0 on SIGTERM, within shutdown_timeout (10s).
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["leaderd"]
+CMD ["run"]
