@@ -248,16 +248,18 @@ def _log_level(value: Any) -> str:
 
 
 def _kill_grace(value: Any, elections: tuple[ElectionConfig, ...]) -> float:
-    """An explicit grace must fit in every lease; the default (5s) shrinks to fit short ones."""
+    """The child is stopped when only kill_grace is left of the lease, so the grace must
+    fit between two renewals; the default (5s) shrinks to 60% of that room for short leases."""
+    rooms = {e.name: e.timing.lease_window - e.timing.renew_interval for e in elections}
     if value is None:
-        return min([5.0] + [(e.timing.ttl - e.timing.renew_interval) / 2 for e in elections])
+        return min([5.0] + [round(room * 0.6, 3) for room in rooms.values()])
     grace = _seconds("kill_grace", value)
-    for election in elections:
-        room = election.timing.ttl - election.timing.renew_interval
+    for name, room in rooms.items():
         if not grace < room:
             raise ConfigError(
-                f"election {election.name}: kill_grace ({grace:g}s) must be less than "
-                f"ttl - renew_interval ({room:g}s), so the child is dead before the lease expires"
+                f"election {name}: kill_grace ({grace:g}s) must be less than "
+                f"ttl * (1 - clock_drift) - safety_margin - renew_interval ({room:.3g}s), "
+                "or the child is stopped before every renewal"
             )
     return grace
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from . import __version__
-from .api import build_app
+from .api import build_app, serve
 from .backends import Backend, BackendFatal, BackendUnavailable, Candidate, backend_from_url
 from .config import Config
 from .engine import Election
@@ -69,7 +69,11 @@ class Daemon:
             if not await self._open_backend(backend):
                 return EXIT_FAILURE
             node = self._build_node(backend)
-            await self._serve(node)
+            try:
+                await self._serve(node)
+            except SocketPathError as exc:
+                log.error("%s", exc, extra={"event": "socket_error"})
+                return EXIT_USAGE
             tasks = [asyncio.create_task(e.run()) for e in node.elections.values()]
             helpers = self._start_helpers(node)
             await self._until_stopped(tasks + helpers)
@@ -123,21 +127,23 @@ class Daemon:
             self.notifier.status(node.summary())
 
     async def _serve(self, node: Node) -> None:
+        """The read-write API on the Unix socket; the read-only one on any TCP listener."""
         cfg = self.config
         assert self._unix is not None
-        await self._site(build_app(node, metrics=self.metrics), self._unix.sock)
+        read_only = build_app(node, metrics=self.metrics, read_only=True)
+        self._runners.append(
+            await serve(build_app(node, metrics=self.metrics), unix_sock=self._unix.sock)
+        )
         tcp = [s for s in self._activated if s.family in (socket.AF_INET, socket.AF_INET6)]
         for sock in tcp:
-            await self._site(build_app(node, metrics=self.metrics, read_only=True), sock)
+            self._runners.append(await serve(read_only, unix_sock=sock))
         if cfg.listen and not tcp:
-            host, port = cfg.listen
-            runner = web.AppRunner(
-                build_app(node, metrics=self.metrics, read_only=True), access_log=None
-            )
-            await runner.setup()
-            await web.TCPSite(runner, host, port, reuse_address=True).start()
-            self._runners.append(runner)
-            log.info("read-only listener on %s:%d", host, port)
+            try:
+                self._runners.append(await serve(read_only, tcp=cfg.listen))
+            except OSError as exc:
+                host, port = cfg.listen
+                raise SocketPathError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+            log.info("read-only listener on %s:%d", *cfg.listen)
 
     def _bind_unix(self) -> UnixListener:
         """The socket systemd passed us (socket activation), else our own at cfg.socket."""
@@ -146,12 +152,6 @@ class Daemon:
         if unix:
             return UnixListener.adopt(unix[0])
         return UnixListener.bind(self.config.socket, self.config.socket_mode)
-
-    async def _site(self, app: web.Application, sock: socket.socket) -> None:
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        await web.SockSite(runner, sock).start()
-        self._runners.append(runner)
 
     def _start_helpers(self, node: Node) -> list[asyncio.Task[None]]:
         helpers = []

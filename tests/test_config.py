@@ -101,7 +101,7 @@ def test_config_file_from_environment(tmp_path: Path) -> None:
         ("socket_mode = '0999'", "socket_mode must be octal"),
         ("log_format = 'xml'", "log_format must be one of text, json"),
         ("[elections.'bad name']", "election name 'bad name'"),
-        ("kill_grace = 12", "kill_grace (12s) must be less than ttl - renew_interval (10s)"),
+        ("kill_grace = 12", "kill_grace (12s) must be less than ttl * (1 - clock_drift)"),
         ("this is not toml", "is not valid TOML"),
     ],
 )
@@ -118,7 +118,7 @@ def test_missing_config_file_is_an_error(tmp_path: Path) -> None:
 
 def test_default_kill_grace_fits_short_leases() -> None:
     config = load({"ttl": 2.0, "renew_interval": 0.5, "retry_interval": 0.25}, {"HOSTNAME": "h"})
-    assert config.kill_grace == 0.75
+    assert config.kill_grace == pytest.approx((2 * 0.99 - 0.2 - 0.5) * 0.6)
     assert load(NO_FLAGS, {"HOSTNAME": "h"}).kill_grace == 5.0
 
 

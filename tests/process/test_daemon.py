@@ -240,3 +240,27 @@ def test_systemd_notifications(workdir: str) -> None:
     receive_until("STOPPING=1")
     assert d.wait() == 0
     sink.close()
+
+
+def test_tcp_listener_is_read_only_and_a_taken_port_exits_2(workdir: str) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    d = Daemon("tcp", "static://", workdir=workdir, extra_args=["--listen", f"127.0.0.1:{port}"])
+    d.start().wait_ready()
+    url = f"http://127.0.0.1:{port}"
+    get = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"{url}/health"],
+                         capture_output=True, text=True, check=False)  # fmt: skip
+    assert get.stdout == "200"
+    post = subprocess.run(["curl", "-s", "-X", "POST", "-w", "\n%{http_code}", f"{url}/resign"],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert post.stdout.endswith("\n403") and '"read_only"' in post.stdout
+    assert d.is_leader(), "a POST on the read-only listener must not resign"
+    taken = Daemon(
+        "taken", "static://", workdir=workdir, extra_args=["--listen", f"127.0.0.1:{port}"]
+    )
+    taken.start()
+    assert taken.wait() == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in taken.log()
+    assert not os.path.exists(taken.socket)
+    assert d.stop() == 0
