@@ -202,7 +202,9 @@ class _Api:
         if election is None:
             return self._unknown(request)
         try:
-            cooldown = _seconds(request.query.get("cooldown"), "cooldown", 0.0, MAX_COOLDOWN)
+            # By default wait one ttl, so a standby (not this node) takes over.
+            default = election.timing.ttl
+            cooldown = _seconds(request.query.get("cooldown"), "cooldown", default, MAX_COOLDOWN)
         except BadParameter as exc:
             return error(400, "bad_parameter", str(exc))
         election.resign(cooldown)

@@ -66,7 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     watch.add_argument("--json", action="store_true", help="print one JSON object per change")
     resign = sub.add_parser("resign", help="step down now")
     _client_options(resign)
-    resign.add_argument("--cooldown", type=float, default=0.0, metavar="S")
+    resign.add_argument(
+        "--cooldown", type=float, metavar="S", help="do not campaign for S seconds (default: ttl)"
+    )
     resign.add_argument("--json", action="store_true", help="print the JSON answer")
     return parser
 
@@ -172,7 +174,8 @@ def _watch(args: argparse.Namespace) -> int:
 
 def _resign(args: argparse.Namespace) -> int:
     path = client_socket(args.socket)
-    url = client.election_path("/resign", args.election, cooldown=f"{args.cooldown:g}")
+    cooldown = None if args.cooldown is None else f"{args.cooldown:g}"
+    url = client.election_path("/resign", args.election, cooldown=cooldown)
     try:
         code, body = client.request(path, "POST", url)
     except client.Unreachable as exc:
