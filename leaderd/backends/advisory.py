@@ -361,7 +361,11 @@ class PostgresAdvisoryBackend(Backend):
                 "(idle_session_timeout)"
             )
         if not await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", self._pg.qualified_table):
-            with contextlib.suppress(asyncpg.DuplicateTableError, asyncpg.UniqueViolationError):
+            with contextlib.suppress(
+                asyncpg.DuplicateTableError,
+                asyncpg.DuplicateObjectError,
+                asyncpg.UniqueViolationError,
+            ):
                 await conn.execute(_SCHEMA.format(t=self._pg.qualified_table))
         self._table_ready = True
 

@@ -212,8 +212,12 @@ class Listener:
         return self._events.setdefault(election, asyncio.Event())
 
     async def wait(self, election: str, timeout: float) -> None:
+        event = self._event(election)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._event(election).wait(), max(0.0, timeout))
+            await asyncio.wait_for(event.wait(), max(0.0, timeout))
+            # Told once: a wake-up that no request follows up (backend down) must not
+            # turn every later wait into a spin.
+            event.clear()
 
     def _on_notify(self, conn: Any, pid: int, channel: str, payload: str) -> None:
         term, kind, election = [*payload.split(" ", 2), "", ""][:3]

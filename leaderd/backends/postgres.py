@@ -207,7 +207,11 @@ class PostgresLeaseBackend(Backend):
         exists = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", self._pg.qualified_table)
         if not exists:
             # Two daemons may race to create it; the loser sees the winner's table.
-            with contextlib.suppress(asyncpg.DuplicateTableError, asyncpg.UniqueViolationError):
+            with contextlib.suppress(
+                asyncpg.DuplicateTableError,
+                asyncpg.DuplicateObjectError,
+                asyncpg.UniqueViolationError,
+            ):
                 await conn.execute(_SCHEMA.format(t=self._pg.qualified_table))
         self._table_ready = True
 

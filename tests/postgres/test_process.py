@@ -1,0 +1,149 @@
+"""Three real daemons on one PostgreSQL server, per backend: real signals, a real restart."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.daemons import Daemon, leaders, short_tempdir, wait_for
+from tests.pgserver import PASSWORD, PASSWORD_USER, PgServer
+from tests.postgres.helpers import SCHEMES, unique
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+TTL, RENEW, RETRY = 2.0, 0.5, 0.25
+
+
+@pytest.fixture(params=SCHEMES)
+def scheme(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def cluster(pg: PgServer, scheme: str) -> Iterator[list[Daemon]]:
+    workdir = short_tempdir()
+    url = pg.dsn(PASSWORD_USER, PASSWORD, scheme=scheme, table=unique("p"))
+    daemons = [Daemon(f"node-{i}", url, workdir=workdir).start() for i in range(3)]
+    try:
+        for d in daemons:
+            d.wait_ready()
+        yield daemons
+    finally:
+        for d in daemons:
+            if d.alive():
+                d.signal(signal.SIGCONT)
+            d.kill()
+        for d in daemons:
+            assert PASSWORD not in d.log(), f"{d.node_id} logged the password"
+        subprocess.run(["rm", "-rf", workdir], check=False)
+
+
+def the_leader(daemons: list[Daemon], timeout: float = TTL + RETRY + 3) -> Daemon:
+    found = wait_for(lambda: leaders(daemons), timeout=timeout, what="a leader")
+    assert len(found) == 1, [d.node_id for d in found]
+    return found[0]
+
+
+def term_of(d: Daemon) -> int:
+    return int(d.get("/leader")[1]["term"])
+
+
+def test_exactly_one_leader_and_no_password_in_status(cluster: list[Daemon]) -> None:
+    leader = the_leader(cluster)
+    for _ in range(10):
+        assert leaders(cluster) == [leader]
+        time.sleep(0.1)
+    code, status = leader.get("/status")
+    assert code == 200 and PASSWORD not in str(status)
+
+
+def test_sigterm_hands_over_at_once(cluster: list[Daemon], scheme: str) -> None:
+    leader = the_leader(cluster)
+    before = term_of(leader)
+    followers = [d for d in cluster if d is not leader]
+    t0 = time.monotonic()
+    leader.signal(signal.SIGTERM)
+    new = the_leader(followers)
+    took = time.monotonic() - t0
+    assert leader.wait() == 0
+    print(f"\n{scheme}: SIGTERM -> new leader seen by curl polling in {took * 1000:.0f} ms")
+    assert took < 1.0 and term_of(new) == before + 1
+
+
+def test_sigkill_leader_is_replaced(cluster: list[Daemon], scheme: str) -> None:
+    leader = the_leader(cluster)
+    before = term_of(leader)
+    leader.kill()
+    t0 = time.monotonic()
+    new = the_leader([d for d in cluster if d is not leader])
+    took = time.monotonic() - t0
+    print(f"\n{scheme}: SIGKILL -> new leader in {took * 1000:.0f} ms")
+    # Lease: the row expires (ttl + retry); advisory: the kernel closes the session.
+    bound = TTL + RETRY + 1.5 if scheme == "postgresql" else 1.5
+    assert took <= bound and term_of(new) == before + 1
+
+
+def test_sigstop_leader_is_replaced_and_says_so_after_sigcont(cluster: list[Daemon]) -> None:
+    leader = the_leader(cluster)
+    leader.signal(signal.SIGSTOP)
+    try:
+        new = the_leader([d for d in cluster if d is not leader], timeout=3 * TTL + 3)
+    finally:
+        leader.signal(signal.SIGCONT)
+    assert leader.get("/leader")[0] == 503  # its first answer: not leader
+    assert leaders(cluster) == [new]
+
+
+def test_postgres_restart_keeps_one_leader_and_terms_increase(
+    cluster: list[Daemon], pg: PgServer, scheme: str, request: pytest.FixtureRequest
+) -> None:
+    if scheme == "postgresql+advisory":
+        # The backend learns of the closed lock session at once (termination listener, and
+        # wait_for_change returns), but the engine only listens while following: a leader
+        # hears of it at its next renewal, after a standby may already hold the new lock.
+        # Fixed by waiting in wait_for_change while leading too (engine.run: follow=...).
+        request.applymarker(pytest.mark.xfail(reason="engine: leader ignores wait_for_change"))
+    leader = the_leader(cluster)
+    before = term_of(leader)
+    pg.restart()
+    new = the_leader(cluster, timeout=TTL + RETRY + 5)
+    assert term_of(new) >= before
+    for _ in range(5):
+        assert len(leaders(cluster)) == 1
+        time.sleep(0.1)
+
+
+def test_postgres_stopped_leader_steps_down_followers_unknown(
+    cluster: list[Daemon], pg: PgServer
+) -> None:
+    leader = the_leader(cluster)
+    pg.stop()
+    t0 = time.monotonic()
+    wait_for(lambda: not leaders(cluster), timeout=TTL + 1, what="the leader to step down")
+    assert time.monotonic() - t0 <= TTL + 0.5
+
+    def all_unknown() -> bool:
+        bodies = [d.get("/leader")[1] or {} for d in cluster]
+        return all(b.get("role") == "unknown" and b.get("leader") is None for b in bodies)
+
+    wait_for(all_unknown, timeout=2 * TTL + 2, what="every node to report unknown")
+    assert leader.alive()
+
+
+def test_terminated_session_steps_the_leader_down(
+    cluster: list[Daemon], pg: PgServer, scheme: str
+) -> None:
+    leader = the_leader(cluster)
+    before = term_of(leader)
+    pg.psql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE application_name = 'leaderd' AND pid <> pg_backend_pid() "
+        "AND query NOT LIKE 'LISTEN%' AND wait_event IS DISTINCT FROM 'advisory'"
+    )
+    new = the_leader(cluster, timeout=TTL + RETRY + 3)
+    # Advisory: the lock is gone with the session, a new term; lease: the row survives.
+    assert term_of(new) > before if scheme != "postgresql" else term_of(new) >= before
