@@ -173,8 +173,9 @@ class Election:
                 round_at, next_round = now, now + await self.round()
                 now = self._clock.monotonic()
             wake_at = min(next_round, self._next_boundary(now))
-            # A change can only bring the next round forward if it is more than a breath away.
-            follow = self._held_term is None and next_round - now > _WAKE_SPACING
+            # Leaders listen too: an advisory lock's session can end under them. A change can
+            # only bring the next round forward if it is more than a breath away.
+            follow = next_round - now > _WAKE_SPACING
             self._turn_due = wake_at + self._request_timeout(wake_at) + _STALL_SLACK
             woke = await self._wait(wake_at - now, follow)
             if woke == "poke":

@@ -99,14 +99,10 @@ def test_sigstop_leader_is_replaced_and_says_so_after_sigcont(cluster: list[Daem
 
 
 def test_postgres_restart_keeps_one_leader_and_terms_increase(
-    cluster: list[Daemon], pg: PgServer, scheme: str, request: pytest.FixtureRequest
+    cluster: list[Daemon], pg: PgServer, scheme: str
 ) -> None:
-    if scheme == "postgresql+advisory":
-        # The backend learns of the closed lock session at once (termination listener, and
-        # wait_for_change returns), but the engine only listens while following: a leader
-        # hears of it at its next renewal, after a standby may already hold the new lock.
-        # Fixed by waiting in wait_for_change while leading too (engine.run: follow=...).
-        request.applymarker(pytest.mark.xfail(reason="engine: leader ignores wait_for_change"))
+    # Advisory: the leader hears of its closed lock session at once (the engine waits in
+    # wait_for_change while leading too), before a standby can hold the new lock.
     leader = the_leader(cluster)
     before = term_of(leader)
     pg.restart()
