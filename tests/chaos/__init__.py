@@ -1,0 +1,4 @@
+"""The chaos harness: real leaderd daemons under injected faults, checked from outside.
+
+Run it with ``python -m tests.chaos`` (docs/chaos.md); the checker's rules are in check.py.
+"""

@@ -1,0 +1,115 @@
+"""A fault-injecting TCP proxy: one per daemon, between it and PostgreSQL, on 127.0.0.1.
+
+Faults are real network behaviour on real sockets:
+
+* latency: every chunk waits ``delay`` seconds before it is passed on (both directions,
+  order kept), so a round trip takes ``2 * delay`` more;
+* blackhole: nothing passes either way and new connections get no upstream, as when
+  packets are dropped; bytes already sent wait, as TCP retransmissions would, and flow
+  again when the blackhole ends (or find the other side gone by then);
+* reset: every open connection is aborted with a TCP RST on both sides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import struct
+
+
+class FaultProxy:
+    def __init__(self, name: str, upstream_host: str, upstream_port: int) -> None:
+        self.name = name
+        self.upstream = (upstream_host, upstream_port)
+        self.delay = 0.0
+        self.port = 0
+        self._open = asyncio.Event()
+        self._open.set()
+        self._server: asyncio.Server | None = None
+        self._links: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.connections = 0
+
+    async def start(self) -> FaultProxy:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def close(self) -> None:
+        self.heal()
+        if self._server is not None:
+            self._server.close()
+        self.reset()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # ---- faults ----
+
+    def blackhole(self) -> None:
+        self._open.clear()
+
+    def heal(self) -> None:
+        self.delay = 0.0
+        self._open.set()
+
+    def reset(self) -> int:
+        """Abort every open connection with an RST on both sides; how many were open."""
+        links = list(self._links)
+        for pair in links:
+            for writer in pair:
+                _abort(writer)
+        self._links.clear()
+        return len(links)
+
+    # ---- plumbing ----
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)  # type: ignore[arg-type]
+        try:
+            await self._open.wait()  # a blackholed SYN: no upstream until it heals
+            try:
+                up_reader, up_writer = await asyncio.open_connection(*self.upstream)
+            except OSError:
+                _abort(writer)
+                return
+            self.connections += 1
+            link = (writer, up_writer)
+            self._links.add(link)
+            try:
+                await asyncio.gather(self._pump(reader, up_writer), self._pump(up_reader, writer))
+            finally:
+                self._links.discard(link)
+                for w in link:
+                    w.close()
+        except (asyncio.CancelledError, OSError):
+            _abort(writer)
+        finally:
+            self._tasks.discard(task)  # type: ignore[arg-type]
+
+    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                data = await src.read(65536)
+                await self._open.wait()
+                if self.delay > 0:
+                    await asyncio.sleep(self.delay)
+                if not data:
+                    break
+                dst.write(data)
+                await dst.drain()
+            if not dst.is_closing() and dst.can_write_eof():
+                dst.write_eof()
+        except (OSError, RuntimeError):  # the other side was reset meanwhile
+            _abort(dst)
+
+
+def _abort(writer: asyncio.StreamWriter) -> None:
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()

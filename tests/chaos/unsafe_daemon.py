@@ -1,0 +1,27 @@
+"""A deliberately broken leaderd, for showing that the chaos checker can fail. TEST ONLY.
+
+With ``LEADERD_UNSAFE_NO_FENCE=1`` the engine ignores its self-fence deadline (DESIGN §1.2):
+a leader that was paused or cut off keeps answering "leader" until a request tells it
+otherwise. The product never reads this variable; only this wrapper does.
+
+    python -m tests.chaos.unsafe_daemon run --backend ... (the arguments of ``leaderd``)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from leaderd import engine
+from leaderd.cli import main
+
+
+def _leading_unfenced(self: engine.Election, now: float) -> bool:
+    return self._held_term is not None and not self._stopping  # no `now < self._deadline`
+
+
+if os.environ.get("LEADERD_UNSAFE_NO_FENCE") == "1":
+    engine.Election._leading = _leading_unfenced  # type: ignore[method-assign]
+
+if __name__ == "__main__":
+    sys.exit(main())
