@@ -1,0 +1,139 @@
+"""The container image: hadolint on the Dockerfile, and its install steps replayed.
+
+No container engine runs in CI, so the builder stage's RUN lines are run as they
+are written, in a fresh virtualenv, with the image's paths (/src, /wheels,
+/opt/leaderd) moved into a temporary directory. If the wheel the image installs
+does not build or install, or the daemon does not start from it, this fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ._tools import ROOT, project_version, require, run
+
+pytestmark = pytest.mark.deploy
+
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+def instructions() -> list[tuple[int, str, str]]:
+    """(stage number, INSTRUCTION, arguments) with continuation lines joined."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    result, stage = [], -1
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        word, _, rest = line.partition(" ")
+        if word.upper() == "FROM":
+            stage += 1
+        result.append((stage, word.upper(), rest.strip()))
+    return result
+
+
+def final_stage() -> list[tuple[str, str]]:
+    steps = instructions()
+    last = max(stage for stage, _, _ in steps)
+    return [(word, rest) for stage, word, rest in steps if stage == last]
+
+
+def test_hadolint_passes() -> None:
+    hadolint = require("hadolint")
+    done = run([hadolint, "--no-color", DOCKERFILE], check=False)
+    assert done.returncode == 0 and not done.stdout.strip(), done.stdout + done.stderr
+
+
+def test_hadolint_reports_a_bad_dockerfile(tmp_path: Path) -> None:
+    """The check above can fail: an unpinned apt-get install is reported."""
+    hadolint = require("hadolint")
+    bad = tmp_path / "Dockerfile"
+    bad.write_text(DOCKERFILE.read_text() + "RUN apt-get update && apt-get install gcc\n")
+    done = run([hadolint, "--no-color", bad], check=False)
+    assert done.returncode != 0 and "DL3008" in done.stdout, done.stdout
+
+
+def test_final_stage_is_small_non_root_and_stops_on_sigterm() -> None:
+    steps = final_stage()
+    words = dict(steps)  # the last of each instruction
+    assert words["FROM"].startswith("python:3.11-slim")
+    user = words["USER"].split(":")[0]
+    assert user.isdigit() and int(user) != 0, "USER must be numeric for runAsNonRoot"
+    assert json.loads(words["ENTRYPOINT"]) == ["leaderd"]
+    assert words["STOPSIGNAL"] == "SIGTERM"
+    assert "/run/leaderd" in json.loads(words["VOLUME"])
+    runs = " ".join(rest for word, rest in steps if word == "RUN")
+    for tool in ("apt-get", "gcc", "build-essential", "pip install"):
+        assert tool not in runs, f"final stage runs {tool}"
+    copies = [rest for word, rest in steps if word == "COPY"]
+    assert copies == ["--from=builder /opt/leaderd /opt/leaderd"], copies
+
+
+def test_dockerignore_keeps_the_context_to_what_the_wheel_needs() -> None:
+    lines = (ROOT / ".dockerignore").read_text().splitlines()
+    assert "*" in lines and "!leaderd/" in lines and "!pyproject.toml" in lines
+
+
+@pytest.fixture(scope="module")
+def image_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The builder stage's RUN lines, run here; returns the virtualenv they made."""
+    base = tmp_path_factory.mktemp("image")
+    src = base / "src"
+    # The build context: what .dockerignore lets through.
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        if (ROOT / name).exists():
+            shutil.copy2(ROOT / name, src / name)
+    shutil.copytree(
+        ROOT / "leaderd", src / "leaderd", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
+    paths = {"/src": src, "/wheels": base / "wheels", "/opt/leaderd": base / "venv"}
+    builder = [rest for stage, word, rest in instructions() if stage == 0 and word == "RUN"]
+    assert builder, "the builder stage has no RUN lines"
+    # `python` in the image is CPython 3.11; here it is this interpreter.
+    env = {
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "HOME": str(base),
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_NO_CACHE_DIR": "1",
+    }
+    for command in builder:
+        for image_path, here in paths.items():
+            command = re.sub(rf"{re.escape(image_path)}(?=[/ ]|$)", str(here), command)
+        run(["bash", "-euo", "pipefail", "-c", command], env=env, cwd=src, timeout=600)
+    return paths["/opt/leaderd"]
+
+
+def test_image_install_builds_one_leaderd_wheel(image_venv: Path) -> None:
+    wheels = list((image_venv.parent / "wheels").glob("leaderd-*.whl"))
+    assert [w.name for w in wheels] == [f"leaderd-{project_version()}-py3-none-any.whl"]
+
+
+def test_image_venv_runs_leaderd_version(image_venv: Path) -> None:
+    done = run([image_venv / "bin" / "leaderd", "--version"], env={"PATH": "/usr/bin:/bin"})
+    assert done.stdout.strip() == f"leaderd {project_version()}"
+
+
+def test_image_venv_has_uvloop_and_no_pip(image_venv: Path) -> None:
+    python = image_venv / "bin" / "python"
+    run([python, "-c", "import uvloop, asyncpg, aiosqlite, aiohttp, orjson, prometheus_client"])
+    pip = subprocess.run([python, "-m", "pip", "--version"], capture_output=True)
+    assert pip.returncode != 0, "pip must not be left in the image's virtualenv"
+
+
+def test_image_venv_daemon_checks_its_config(image_venv: Path, tmp_path: Path) -> None:
+    """The installed daemon imports its backends and reads a configuration."""
+    done = run(
+        [image_venv / "bin" / "leaderd", "check-config", "--backend", "static://"],
+        env={"PATH": "/usr/bin:/bin", "STATE_DIRECTORY": str(tmp_path),
+             "RUNTIME_DIRECTORY": str(tmp_path), "LEADERD_CONFIG": os.devnull},
+    )  # fmt: skip
+    assert "config ok" in done.stdout

@@ -1,0 +1,121 @@
+"""The Kubernetes example, checked with kubernetes-validate against the API schema,
+and read for the choices that make leaderd safe as a sidecar."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ._tools import ROOT, default_shutdown_timeout, require, run
+
+pytestmark = pytest.mark.deploy
+
+EXAMPLE = ROOT / "examples" / "kubernetes"
+MANIFESTS = ["deployment.yaml", "secret.example.yaml"]
+
+
+def validate(*files: Path) -> str:
+    tool = require("kubernetes-validate")
+    done = run([tool, "--strict", *files], check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("name", MANIFESTS)
+def test_manifest_passes_kubernetes_validate(name: str) -> None:
+    assert "passed" in validate(EXAMPLE / name)
+
+
+def test_kubernetes_validate_rejects_a_broken_sidecar(tmp_path: Path) -> None:
+    """The check above can fail: a misspelt field of the sidecar is refused."""
+    tool = require("kubernetes-validate")
+    broken = tmp_path / "deployment.yaml"
+    text = (EXAMPLE / "deployment.yaml").read_text()
+    broken.write_text(text.replace("restartPolicy: Always", "restartPolicyy: Always"))
+    done = run([tool, "--strict", broken], check=False)
+    assert done.returncode != 0, done.stdout
+
+
+@pytest.fixture(scope="module")
+def pod() -> dict[str, Any]:
+    import yaml  # comes with kubernetes-validate
+
+    deployment = yaml.safe_load((EXAMPLE / "deployment.yaml").read_text())
+    assert deployment["kind"] == "Deployment"
+    assert deployment["spec"]["replicas"] == 3
+    spec: dict[str, Any] = deployment["spec"]["template"]["spec"]
+    return spec
+
+
+def sidecar(pod: dict[str, Any]) -> dict[str, Any]:
+    (leaderd,) = [c for c in pod["initContainers"] if c["name"] == "leaderd"]
+    return leaderd
+
+
+def env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def test_leaderd_is_a_native_sidecar(pod: dict[str, Any]) -> None:
+    assert sidecar(pod)["restartPolicy"] == "Always"
+    assert all(c["name"] != "leaderd" for c in pod["containers"])
+
+
+def test_socket_is_shared_through_an_emptydir(pod: dict[str, Any]) -> None:
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for container in [sidecar(pod), *pod["containers"]]:
+        mounts = [m for m in container["volumeMounts"] if m["mountPath"] == "/run/leaderd"]
+        assert mounts, f"{container['name']} does not mount /run/leaderd"
+        assert "emptyDir" in volumes[mounts[0]["name"]]
+    assert env(sidecar(pod))["LEADERD_SOCKET"] == "/run/leaderd/leaderd.sock"
+
+
+def test_identity_comes_from_the_downward_api_and_backend_from_a_secret(
+    pod: dict[str, Any],
+) -> None:
+    values = env(sidecar(pod))
+    assert values["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert values["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert values["LEADERD_NODE_ID"] == "$(POD_NAME)"
+    assert values["LEADERD_ADDRESS"].startswith("$(POD_IP)")
+    secret = values["LEADERD_BACKEND"]["secretKeyRef"]
+    import yaml
+
+    example = yaml.safe_load((EXAMPLE / "secret.example.yaml").read_text())
+    assert secret["name"] == example["metadata"]["name"]
+    assert secret["key"] in example["stringData"]
+
+
+def test_probes_use_health_and_ready_never_leader(pod: dict[str, Any]) -> None:
+    leaderd = sidecar(pod)
+    assert leaderd["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert leaderd["readinessProbe"]["httpGet"]["path"] == "/ready"
+    port = leaderd["readinessProbe"]["httpGet"]["port"]
+    (listener,) = [p for p in leaderd["ports"] if port in (p["name"], p["containerPort"])]
+    assert env(leaderd)["LEADERD_LISTEN"] == f"0.0.0.0:{listener['containerPort']}"
+    text = (EXAMPLE / "deployment.yaml").read_text()
+    assert "path: /leader" not in text, "readiness or liveness tied to leadership"
+
+
+def test_grace_period_covers_app_and_leaderd_shutdown(pod: dict[str, Any]) -> None:
+    # Sidecars stop after the app, inside the same grace period.
+    assert pod["terminationGracePeriodSeconds"] >= default_shutdown_timeout() + 10
+
+
+def test_containers_are_non_root_read_only_and_bounded(pod: dict[str, Any]) -> None:
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    for container in [sidecar(pod), *pod["containers"]]:
+        context = container["securityContext"]
+        assert context["readOnlyRootFilesystem"] is True, container["name"]
+        assert context["allowPrivilegeEscalation"] is False, container["name"]
+        assert context["runAsUser"] != 0, container["name"]
+        assert {"requests", "limits"} <= set(container["resources"]), container["name"]
+        assert "memory" in container["resources"]["limits"], container["name"]
+
+
+def test_readme_explains_why_readiness_is_not_leadership() -> None:
+    readme = (EXAMPLE / "README.md").read_text()
+    assert "/ready" in readme and "/leader" in readme
+    assert "rolling update" in readme.lower()
