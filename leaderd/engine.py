@@ -200,6 +200,12 @@ class Election:
             self._maybe_held = self._maybe_held or campaigning
             self._on_failure(exc)
             return self._jittered(self.timing.retry_interval)
+        except Exception as exc:
+            # A backend bug (an untranslated driver error) fails closed like an outage.
+            log.exception("election %s: backend raised %r", self.name, exc)
+            self._maybe_held = self._maybe_held or campaigning
+            self._on_failure(exc)
+            return self._jittered(self.timing.retry_interval)
         if lease is None:  # abandoned for stop(): the hand-over looks the lease up
             self._maybe_held = self._maybe_held or campaigning
             return _MIN_DELAY
@@ -272,10 +278,14 @@ class Election:
 
     def _on_failure(self, exc: BaseException) -> None:
         reason = str(exc) or "request timed out"
+        # An outage fails every retry the same way: log it when it starts or changes.
+        repeated = reason == self.last_error
         self.last_error = reason
         now = self._clock.monotonic()
-        if self._held_term is not None:
-            log.warning(
+        level = logging.DEBUG if repeated else logging.WARNING
+        if self._held_term is not None and now < self._deadline:
+            log.log(
+                level,
                 "renew of election %s failed: %s; deadline in %.1fs",
                 self.name,
                 reason,
@@ -283,7 +293,8 @@ class Election:
                 extra={"event": "renew_failed", "election": self.name, "reason": reason},
             )
         else:
-            log.warning(
+            log.log(
+                level,
                 "election %s: backend request failed: %s",
                 self.name,
                 reason,

@@ -173,6 +173,9 @@ class PgServer:
                 )
                 return
             except PgServerError:
+                # pg_ctl may give up waiting on a busy machine while the server comes up.
+                if self.is_running():
+                    return
                 # After a SIGKILL, orphaned backends may hold the old shared memory for a moment.
                 if time.monotonic() > deadline:
                     raise

@@ -30,7 +30,14 @@ from typing import Any
 import asyncpg
 
 from .base import Backend, BackendFatal, BackendUnavailable, Candidate, Lease
-from .pgcommon import Listener, PgSettings, close_quietly, notify_channel, quote_literal_ms
+from .pgcommon import (
+    DRIVER_ERRORS,
+    Listener,
+    PgSettings,
+    close_quietly,
+    notify_channel,
+    quote_literal_ms,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS {t} (
@@ -168,7 +175,7 @@ class PostgresAdvisoryBackend(Backend):
             raise BackendUnavailable(
                 f"creating the table on {self.description}: timed out"
             ) from None
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except DRIVER_ERRORS as exc:
             raise self._pg.error(exc, "creating the table") from None
         finally:
             conn.terminate()
@@ -219,7 +226,7 @@ class PostgresAdvisoryBackend(Backend):
                 await s.conn.execute(
                     self._sql_release, s.key, election, term, self._listener.channel
                 )
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+        except (*DRIVER_ERRORS, TimeoutError) as exc:
             self._drop(s)  # ending the session releases the lock for sure
             raise self._pg.error(exc, "releasing the lock") from None
 

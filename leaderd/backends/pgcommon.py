@@ -30,6 +30,16 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _FATAL_CLASSES = ("28", "3D", "3F", "42", "22")
 
 
+# Everything asyncpg may raise for a failed request; InternalClientError (a protocol state
+# error after the server went away mid-statement) derives from neither of the others.
+DRIVER_ERRORS = (
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+)
+
+
 @dataclass(frozen=True)
 class PgSettings:
     """A parsed ``postgresql[+advisory]://`` URL."""
@@ -118,7 +128,7 @@ class PgSettings:
                 f"connecting to {self.description}: timed out after "
                 f"{min(timeout, self.connect_timeout):.3g}s"
             ) from None
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except DRIVER_ERRORS as exc:
             raise self.error(exc, "connecting") from None
 
 
@@ -141,7 +151,7 @@ async def close_quietly(conn: Any, timeout: float = 2.0) -> None:
     """Close gracefully (after asyncpg's cancel of a running statement), else abort."""
     try:
         await conn.close(timeout=timeout)
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
+    except (*DRIVER_ERRORS, TimeoutError):
         conn.terminate()
 
 
@@ -235,7 +245,7 @@ class Listener:
             try:
                 await self._listen()
                 backoff = 0.1
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+            except (*DRIVER_ERRORS, TimeoutError) as exc:
                 log.warning(
                     "LISTEN %s: %s; polling until it is back",
                     self.channel,

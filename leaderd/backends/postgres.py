@@ -28,7 +28,7 @@ from typing import Any
 import asyncpg
 
 from .base import Backend, BackendError, BackendUnavailable, Candidate, Lease
-from .pgcommon import Deadline, Listener, PgSettings, close_quietly, notify_channel
+from .pgcommon import DRIVER_ERRORS, Deadline, Listener, PgSettings, close_quietly, notify_channel
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ class PostgresLeaseBackend(Backend):
             ) from None
         except BackendError:
             raise
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except DRIVER_ERRORS as exc:
             raise self._pg.error(exc, doing) from None
 
     async def _attempt(self, deadline: Deadline, op: Any, *args: Any) -> Any:

@@ -531,6 +531,23 @@ async def test_a_failing_listener_does_not_break_the_engine() -> None:
     assert election.status().is_leader
 
 
+async def test_an_untranslated_backend_error_fails_closed_instead_of_crashing() -> None:
+    world = World()
+    election = world.add(A)
+    await election.round()
+    assert election.status().is_leader
+
+    async def buggy(*args: object, **kwargs: object) -> Lease:
+        raise RuntimeError("driver state error")
+
+    world.backend("node-a").acquire_or_renew = buggy  # type: ignore[method-assign]
+    delay = await election.round()
+    assert delay == pytest.approx(TIMING.retry_interval)
+    assert election.last_error == "driver state error"
+    world.clock.advance(WINDOW)
+    assert election.status().role is Role.UNKNOWN
+
+
 # ---- health and watchers ----
 
 
