@@ -1,0 +1,384 @@
+"""Shared pieces of the benchmark: statistics, figures, a tiny HTTP client for the Unix
+socket, clusters of real daemons (tests/daemons.py) and the backends they run on."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import math
+import os
+import re
+import resource
+import shutil
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+import orjson
+
+from tests.daemons import REPO, Daemon, short_tempdir
+
+BACKENDS = ("sqlite", "postgresql", "postgresql+advisory")
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    ttl: float
+    renew_interval: float
+    retry_interval: float
+
+
+# The daemon defaults (DESIGN §4): the steady-state and graceful-handover timing.
+DEFAULT_TIMING = Timing(ttl=15.0, renew_interval=5.0, retry_interval=2.0)
+# A short TTL, so a crash failover takes seconds (the tests' timing, tests/daemons.py).
+SHORT_TIMING = Timing(ttl=2.0, renew_interval=0.5, retry_interval=0.25)
+
+
+# ---- statistics and figures ----
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100), linear between closest ranks; nan for no values."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    """n, p50, p99, max and mean of ``values`` (seconds stay seconds)."""
+    return {
+        "n": len(values),
+        "p50": percentile(values, 50),
+        "p99": percentile(values, 99),
+        "max": max(values, default=math.nan),
+        "mean": sum(values) / len(values) if values else math.nan,
+    }
+
+
+@dataclasses.dataclass
+class Figure:
+    """One line of the table: a measured value, and the target it is judged against."""
+
+    family: str
+    backend: str
+    name: str
+    value: float | None
+    unit: str
+    target: str = ""
+    met: bool | None = None  # None: no target, or not measured
+    note: str = ""
+
+    def cell(self) -> str:
+        if self.value is None or math.isnan(self.value):
+            return "n/a"
+        if self.unit == "ms":
+            return f"{self.value:.1f} ms" if self.value >= 10 else f"{self.value:.2f} ms"
+        if self.unit in ("req/s", "MB", "x TTL", "q/s", "%"):
+            digits = 0 if self.unit == "req/s" else 2
+            return f"{self.value:,.{digits}f} {self.unit}"
+        return f"{self.value:g} {self.unit}".strip()
+
+    def verdict(self) -> str:
+        return {True: "met", False: "MISSED", None: ""}[self.met]
+
+
+def ms(seconds: float) -> float:
+    return seconds * 1000.0
+
+
+def judge(value: float | None, limit: float) -> bool | None:
+    """value <= limit, or None when nothing was measured."""
+    if value is None or math.isnan(value):
+        return None
+    return value <= limit
+
+
+# ---- processes and resources ----
+
+
+def raise_nofile(want: int) -> int:
+    """Raise this process's soft RLIMIT_NOFILE towards ``want`` (up to the hard limit);
+    children inherit it. Returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def rss_mb(pid: int) -> float:
+    """Resident set size of ``pid`` from /proc/PID/status (VmRSS), in MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` so far, from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+# ---- HTTP on the Unix socket ----
+
+
+@dataclasses.dataclass
+class Answer:
+    status: int
+    body: bytes
+    at: float  # time.monotonic() when the whole body had arrived
+
+    def json(self) -> Any:
+        return orjson.loads(self.body)
+
+
+async def request(
+    socket_path: str, path: str, method: str = "GET", timeout: float = 10.0
+) -> Answer:
+    """One HTTP/1.1 request on its own connection; the answer is timed on arrival."""
+    reader, writer = await asyncio.open_unix_connection(socket_path)
+    try:
+        head = f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        writer.write(head.encode())
+        async with asyncio.timeout(timeout):
+            return await read_answer(reader)
+    finally:
+        writer.close()
+
+
+_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:\s*(\d+)", re.IGNORECASE)
+
+
+async def read_answer(reader: asyncio.StreamReader) -> Answer:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = _CONTENT_LENGTH.search(head)
+    body = await reader.readexactly(int(length.group(1))) if length else await reader.read()
+    return Answer(int(head.split(b" ", 2)[1]), body, time.monotonic())
+
+
+async def get_json(socket_path: str, path: str, timeout: float = 10.0) -> Any:
+    return (await request(socket_path, path, timeout=timeout)).json()
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^}]*)\})?\s+(\S+)$")
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+async def metric_samples(socket_path: str) -> list[tuple[str, dict[str, str], float]]:
+    """Every sample of /metrics: (name, labels, value)."""
+    text = (await request(socket_path, "/metrics")).body.decode()
+    samples = []
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match:
+            labels = dict(_LABEL.findall(match[2] or ""))
+            samples.append((match[1], labels, float(match[3])))
+    return samples
+
+
+async def metric_sums(socket_path: str) -> dict[str, float]:
+    """Every metric of /metrics, summed over its labels, by name."""
+    sums: dict[str, float] = {}
+    for name, _, value in await metric_samples(socket_path):
+        sums[name] = sums.get(name, 0.0) + value
+    return sums
+
+
+async def backend_requests(socket_path: str) -> dict[str, float]:
+    """Backend requests this daemon has made so far (DESIGN §6 histogram count), by
+    operation, and their sum under "total"."""
+    counts = {"total": 0.0}
+    for name, labels, value in await metric_samples(socket_path):
+        if name == "leaderd_backend_request_seconds_count":
+            op = labels.get("operation", "?")
+            counts[op] = counts.get(op, 0.0) + value
+            counts["total"] += value
+    return counts
+
+
+async def until(what: str, timeout: float, check: Any, interval: float = 0.02) -> Any:
+    """Await ``check()`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError, TimeoutError):
+            value = await check()
+            if value:
+                return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+# ---- load-generator processes (bench/loadgen.py) ----
+
+
+def split(total: int, parts: int) -> list[int]:
+    """``total`` spread over ``parts`` as evenly as possible, without empty parts."""
+    shares = [total // parts + (i < total % parts) for i in range(parts)]
+    return [n for n in shares if n]
+
+
+@contextlib.asynccontextmanager
+async def loadgens(argvs: Sequence[Sequence[str]]) -> AsyncIterator[list[LoadGen]]:
+    """One `python -m bench.loadgen ARGV...` process per argv; killed on exit."""
+    procs: list[LoadGen] = []
+    try:
+        for argv in argvs:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "bench.loadgen", *argv, cwd=REPO,
+                stdout=asyncio.subprocess.PIPE,
+                limit=256 * 1024 * 1024,  # an answer is one line, maybe with every latency
+            )  # fmt: skip
+            procs.append(LoadGen(proc))
+        yield procs
+    finally:
+        for gen in procs:
+            if gen.proc.returncode is None:
+                gen.proc.kill()
+            await gen.proc.wait()
+
+
+@dataclasses.dataclass
+class LoadGen:
+    proc: asyncio.subprocess.Process
+
+    async def line(self, timeout: float) -> Any:
+        """The next JSON line the load generator prints."""
+        assert self.proc.stdout is not None
+        line = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
+        if not line:
+            code = await self.proc.wait()
+            raise RuntimeError(f"load generator exited ({code}) without an answer")
+        return orjson.loads(line)
+
+
+# ---- clusters of real daemons ----
+
+
+class Cluster:
+    """N daemons in one election on one backend; restartable one at a time."""
+
+    def __init__(self, backend_url: str, size: int, workdir: str, timing: Timing, tag: str) -> None:
+        election = f"bench-{tag}-{uuid.uuid4().hex[:8]}"
+        self.daemons = [
+            Daemon(
+                f"{tag}-{i}",
+                backend_url,
+                workdir=workdir,
+                elections=[election],
+                ttl=timing.ttl,
+                renew_interval=timing.renew_interval,
+                retry_interval=timing.retry_interval,
+            )
+            for i in range(size)
+        ]
+
+    async def start(self) -> None:
+        for d in self.daemons:
+            d.start()
+        for d in self.daemons:
+            await wait_ready(d)
+
+    def stop(self) -> None:
+        for d in self.daemons:
+            with contextlib.suppress(Exception):
+                d.stop(timeout=10)
+            d.kill()
+
+    def alive(self) -> list[Daemon]:
+        return [d for d in self.daemons if d.alive()]
+
+    async def settled(self, timeout: float = 30.0) -> Daemon:
+        """The leader, once every live daemon names the same one."""
+
+        async def agreed() -> Daemon | None:
+            views = [await get_json(d.socket, "/leader") for d in self.alive()]
+            names = {(v["leader"] or {}).get("node_id") for v in views}
+            if len(names) != 1 or None in names:
+                return None
+            return next(d for d in self.daemons if d.node_id in names)
+
+        leader: Daemon = await until("the cluster to agree on a leader", timeout, agreed)
+        return leader
+
+
+async def wait_ready(daemon: Daemon, timeout: float = 30.0) -> None:
+    async def ready() -> bool:
+        if not daemon.alive():
+            raise RuntimeError(f"{daemon.node_id} exited early:\n{daemon.log()[-2000:]}")
+        return (await request(daemon.socket, "/ready")).status == 200
+
+    await until(f"{daemon.node_id} to be ready", timeout, ready, interval=0.01)
+
+
+@contextlib.asynccontextmanager
+async def cluster(backend_url: str, size: int, timing: Timing, tag: str) -> AsyncIterator[Cluster]:
+    workdir = short_tempdir("ldb-")
+    group = Cluster(backend_url, size, workdir, timing, tag)
+    try:
+        await group.start()
+        yield group
+    finally:
+        group.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+# ---- backends ----
+
+
+class Backends:
+    """Backend URLs for the bench: a SQLite file per cluster, one throwaway PostgreSQL."""
+
+    def __init__(self, wanted: Sequence[str]) -> None:
+        self.wanted = list(wanted)
+        self.skipped: dict[str, str] = {}
+        self._dir = short_tempdir("ldb-db-")
+        self._pg: Any = None
+        if any(b.startswith("postgresql") for b in wanted):
+            self._start_pg()
+
+    def _start_pg(self) -> None:
+        from tests.pgserver import PgServer, PgServerError
+
+        try:
+            self._pg = PgServer()
+        except PgServerError as exc:
+            reason = f"PostgreSQL not available: {str(exc).splitlines()[0]}"
+            for name in self.wanted:
+                if name.startswith("postgresql"):
+                    self.skipped[name] = reason
+
+    @property
+    def available(self) -> list[str]:
+        return [b for b in self.wanted if b not in self.skipped]
+
+    def url(self, backend: str) -> str:
+        if backend == "sqlite":
+            return f"sqlite://{self._dir}/{uuid.uuid4().hex[:8]}.db"
+        assert self._pg is not None, backend
+        url: str = self._pg.dsn(scheme=backend)
+        return url
+
+    def close(self) -> None:
+        if self._pg is not None:
+            self._pg.cleanup()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def backends(wanted: Sequence[str]) -> Iterator[Backends]:
+    group = Backends(wanted)
+    try:
+        yield group
+    finally:
+        group.close()

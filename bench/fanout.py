@@ -1,0 +1,162 @@
+"""`/watch` fan-out and the daemon's memory.
+
+One daemon (default timing). N long polls are opened by a load-generator process
+(bench/loadgen.py) and counted through `leaderd_watchers`; then `POST /resign` changes
+the election. The figure is the time from just before the resign is sent until the
+last of the N answers has arrived at the client (one monotonic clock for both
+processes). RSS (VmRSS) is read idle, after a settle, and with the largest number of
+watchers connected. The bench raises RLIMIT_NOFILE to the hard limit; the daemon inherits
+it (leaderd does not raise its own, see docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import time
+from typing import Any
+
+from tests.daemons import Daemon
+
+from .common import (
+    DEFAULT_TIMING,
+    Figure,
+    cluster,
+    cpu_seconds,
+    get_json,
+    judge,
+    loadgens,
+    metric_sums,
+    ms,
+    raise_nofile,
+    request,
+    rss_mb,
+    split,
+    until,
+)
+
+TARGETS = {1000: 0.100, 10000: 0.200}
+IDLE_RSS_MB = 40.0
+
+
+def nofile_limit(pid: int) -> int:
+    """The soft 'Max open files' of a running process."""
+    with open(f"/proc/{pid}/limits") as f:
+        for line in f:
+            if line.startswith("Max open files"):
+                return int(line.split()[3])
+    raise RuntimeError(f"no open-file limit for {pid}")
+
+
+async def one_trial(daemon: Daemon, clients: int, processes: int) -> dict[str, Any]:
+    """Open ``clients`` long polls, resign, time the answers; the leader is back after."""
+    status = await get_json(daemon.socket, "/leader")
+    args = ["watch", "--socket", daemon.socket, "--revision", str(status["revision"])]
+    argvs = [[*args, "--clients", str(n)] for n in split(clients, processes)]
+    async with loadgens(argvs) as procs:
+        for proc in procs:
+            await proc.line(120)  # {"ready": n}: every connection is open
+        await until(
+            f"{clients} watchers",
+            60,
+            lambda: _watchers_at_least(daemon, clients),
+        )
+        rss = rss_mb(daemon.pid)
+        cpu0 = cpu_seconds(daemon.pid)
+        t0 = time.monotonic()
+        resign = await request(daemon.socket, "/resign?cooldown=0", method="POST")
+        results = [await proc.line(60) for proc in procs]
+        cpu = cpu_seconds(daemon.pid) - cpu0
+    answered = sum(r["answered"] for r in results)
+    last = max((r["last"] for r in results if r["last"] is not None), default=None)
+    first = min((r["first"] for r in results if r["first"] is not None), default=None)
+    return {
+        "clients": clients,
+        "client_processes": processes,
+        "answered": answered,
+        "statuses": [r["statuses"] for r in results],
+        "all_answered": (last - t0) if last is not None and answered == clients else None,
+        "first_answered": (first - t0) if first is not None else None,
+        "resign_answered": resign.at - t0,
+        "rss_mb": rss,
+        "daemon_cpu_seconds": cpu,
+        "client_cpu_seconds": [r["cpu_seconds"] for r in results],
+    }
+
+
+async def _watchers_at_least(daemon: Daemon, n: int) -> bool:
+    return (await metric_sums(daemon.socket)).get("leaderd_watchers", 0) >= n
+
+
+async def measure(
+    url: str, sizes: list[int], trials: int, processes: int, settle: float = 3.0
+) -> tuple[list[Figure], dict[str, Any]]:
+    """``settle``: seconds between ready and the idle RSS reading."""
+    limit = raise_nofile(resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+    figures: list[Figure] = []
+    data: dict[str, Any] = {"nofile_soft_limit_bench": limit, "sizes": {}}
+    async with cluster(url, 1, DEFAULT_TIMING, "fo") as group:
+        daemon = group.daemons[0]
+        await group.settled()
+        await asyncio.sleep(settle)
+        data["idle_rss_mb"] = idle = rss_mb(daemon.pid)
+        data["nofile_soft_limit_daemon"] = daemon_limit = nofile_limit(daemon.pid)
+        figures.append(
+            Figure(
+                "rss",
+                "sqlite",
+                "RSS idle",
+                idle,
+                "MB",
+                f"<= {IDLE_RSS_MB:g} MB",
+                judge(idle, IDLE_RSS_MB),
+                note=f"VmRSS {settle:g} s after ready",
+            )
+        )
+        for size in sizes:
+            if size + 64 > daemon_limit:
+                figures.append(
+                    Figure(
+                        "watch",
+                        "any",
+                        f"/watch fan-out {size:,}",
+                        None,
+                        "ms",
+                        note=f"skipped: open-file limit {daemon_limit} < {size} + 64",
+                    )
+                )
+                continue
+            runs = []
+            for _ in range(trials):
+                runs.append(await one_trial(daemon, size, processes))
+                await group.settled()
+            data["sizes"][size] = runs
+            figures += _figures(size, runs)
+    return figures, data
+
+
+def _figures(size: int, runs: list[dict[str, Any]]) -> list[Figure]:
+    times = [r["all_answered"] for r in runs]
+    complete = [t for t in times if t is not None]
+    worst = max(complete) if len(complete) == len(times) else None
+    target = TARGETS.get(size)
+    cpu = max(max(r["client_cpu_seconds"]) for r in runs)
+    figures = [
+        Figure(
+            "watch",
+            "any",
+            f"/watch fan-out {size:,}: all answered",
+            ms(worst) if worst is not None else None,
+            "ms",
+            f"<= {ms(target):g} ms" if target else "",
+            judge(worst, target) if target and worst is not None else (False if target else None),
+            note=(
+                f"worst of {len(runs)} (all: {', '.join(f'{ms(t):.0f}' for t in complete)} ms); "
+                f"first answer {ms(min(r['first_answered'] for r in runs)):.1f} ms; "
+                f"client CPU <= {ms(cpu):.0f} ms"
+            ),
+        )
+    ]
+    rss = max(r["rss_mb"] for r in runs)
+    figures.append(Figure("rss", "sqlite", f"RSS with {size:,} watchers", rss, "MB"))
+    return figures

@@ -1,0 +1,178 @@
+"""Graceful handover (SIGTERM the leader) and crash failover (SIGKILL the leader).
+
+Three daemons in one election. Every follower has a `/watch` long poll already waiting
+(checked through `leaderd_watchers`) when the signal is sent; the clock starts right
+before the signal. "first" is when the first watch answers naming a new leader (in
+practice the new leader's own watch saying it leads); "all" is when every surviving
+daemon's watch names it. The stopped daemon is restarted and the cluster settles before
+the next sample.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import signal
+import time
+from typing import Any
+
+from tests.daemons import Daemon
+
+from .common import (
+    DEFAULT_TIMING,
+    SHORT_TIMING,
+    Cluster,
+    Figure,
+    Timing,
+    cluster,
+    get_json,
+    judge,
+    metric_sums,
+    ms,
+    request,
+    summary,
+    until,
+    wait_ready,
+)
+
+SIZE = 3
+# DESIGN §1.6 / issue 3 targets, in seconds.
+HANDOVER_P50 = {"postgresql": 0.005, "postgresql+advisory": 0.005}
+HANDOVER_P99 = {"sqlite": 0.050, "postgresql": 0.020, "postgresql+advisory": 0.020}
+ADVISORY_FAILOVER = 0.200
+LEASE_FAILOVER_SLACK = 0.100
+
+
+async def _watch_for_new_leader(daemon: Daemon, old: str) -> float:
+    """Long-poll `daemon` until it names a leader other than ``old``; the arrival time."""
+    status = await get_json(daemon.socket, "/leader")
+    while True:
+        revision = status["revision"]
+        answer = await _request_json(daemon, f"/watch?revision={revision}&timeout=120")
+        status, at = answer
+        leader = status.get("leader") or {}
+        if leader.get("node_id") not in (None, old):
+            return at
+
+
+async def _request_json(daemon: Daemon, path: str) -> tuple[Any, float]:
+    answer = await request(daemon.socket, path, timeout=130)
+    return answer.json(), answer.at
+
+
+async def _watching(daemon: Daemon) -> bool:
+    return (await metric_sums(daemon.socket)).get("leaderd_watchers", 0) >= 1
+
+
+async def one_sample(group: Cluster, signum: int) -> dict[str, float]:
+    """Signal the leader; seconds until the first and the last follower names the next."""
+    leader = await group.settled()
+    followers = [d for d in group.alive() if d is not leader]
+    watches = [asyncio.create_task(_watch_for_new_leader(d, leader.node_id)) for d in followers]
+    for d in followers:
+        await until(f"{d.node_id}'s watch to be waiting", 10, lambda d=d: _watching(d))
+    t0 = time.monotonic()
+    if signum == signal.SIGKILL:
+        os.killpg(leader.pid, signal.SIGKILL)
+    else:
+        os.kill(leader.pid, signum)
+    arrivals = await asyncio.wait_for(asyncio.gather(*watches), timeout=120)
+    code = await asyncio.to_thread(leader.wait, 30)
+    if signum == signal.SIGTERM and code != 0:
+        raise RuntimeError(f"{leader.node_id} exited {code} on SIGTERM:\n{leader.log()[-2000:]}")
+    leader.start()
+    await wait_ready(leader)
+    return {"first": min(arrivals) - t0, "all": max(arrivals) - t0}
+
+
+async def measure(
+    backend: str, url: str, count: int, signum: int, timing: Timing
+) -> dict[str, Any]:
+    tag = "ho" if signum == signal.SIGTERM else "co"
+    samples: list[dict[str, float]] = []
+    async with cluster(url, SIZE, timing, tag) as group:
+        for _ in range(count):
+            samples.append(await one_sample(group, signum))
+    return {
+        "first": summary([s["first"] for s in samples]),
+        "all": summary([s["all"] for s in samples]),
+        "samples": samples,
+        "timing": dataclasses.asdict(timing),
+        "daemons": SIZE,
+    }
+
+
+async def handover(backend: str, url: str, count: int) -> tuple[list[Figure], dict[str, Any]]:
+    data = await measure(backend, url, count, signal.SIGTERM, DEFAULT_TIMING)
+    first, all_ = data["first"], data["all"]
+    figures = []
+    p50_target = HANDOVER_P50.get(backend)
+    figures.append(
+        Figure(
+            "handover",
+            backend,
+            "graceful handover p50",
+            ms(first["p50"]),
+            "ms",
+            f"<= {ms(p50_target):g} ms" if p50_target else "",
+            judge(first["p50"], p50_target) if p50_target else None,
+        )
+    )
+    p99_target = HANDOVER_P99[backend]
+    figures.append(
+        Figure(
+            "handover",
+            backend,
+            "graceful handover p99",
+            ms(first["p99"]),
+            "ms",
+            f"<= {ms(p99_target):g} ms",
+            judge(first["p99"], p99_target),
+            note=f"n={first['n']}, max {ms(first['max']):.1f} ms",
+        )
+    )
+    figures.append(
+        Figure(
+            "handover",
+            backend,
+            "  all followers agree p50/p99",
+            ms(all_["p50"]),
+            "ms",
+            note=f"p99 {ms(all_['p99']):.1f} ms",
+        )
+    )
+    return figures, data
+
+
+async def failover(backend: str, url: str, count: int) -> tuple[list[Figure], dict[str, Any]]:
+    timing = SHORT_TIMING
+    ttl = timing.ttl
+    data = await measure(backend, url, count, signal.SIGKILL, timing)
+    first = data["first"]
+    if backend == "postgresql+advisory":
+        limit, target = ADVISORY_FAILOVER, f"<= {ms(ADVISORY_FAILOVER):g} ms"
+    else:
+        limit, target = ttl + LEASE_FAILOVER_SLACK, f"<= TTL+{ms(LEASE_FAILOVER_SLACK):g} ms"
+    figures = [
+        Figure("failover", backend, "crash failover p50", ms(first["p50"]), "ms"),
+        Figure(
+            "failover",
+            backend,
+            "crash failover p99",
+            ms(first["p99"]),
+            "ms",
+            target,
+            judge(first["p99"], limit),
+            note=f"n={first['n']}, max {ms(first['max']):.0f} ms",
+        ),
+        Figure(
+            "failover",
+            backend,
+            f"crash failover p99 / TTL ({ttl:g} s)",
+            first["p99"] / ttl,
+            "x TTL",
+            note=f"p50 {first['p50'] / ttl:.2f} x TTL",
+        ),
+    ]
+    return figures, data

@@ -1,0 +1,80 @@
+"""A very small run of every benchmark family, so a broken bench fails CI.
+
+Timing is not judged here (the machine may be busy): only that each family ran, on a real
+backend, and produced numbers in a sane range. The full run is `python -m bench`.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.daemons import REPO
+
+pytestmark = pytest.mark.bench
+
+TINY = [
+    "--handovers", "2", "--failovers", "2",
+    "--leader-connections", "2", "--leader-duration", "0.5", "--client-processes", "1",
+    "--watchers", "100", "--watch-trials", "1",
+    "--qps-warmup", "0.2", "--qps-window", "1", "--rss-settle", "0.5",
+]  # fmt: skip
+
+
+def run_bench(tmp_path: Path, *args: str) -> dict[str, Any]:
+    out = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", *TINY, *args, "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"bench failed:\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    print(proc.stdout)
+    report: dict[str, Any] = orjson.loads(out.read_bytes())
+    return report
+
+
+def figure(report: dict[str, Any], backend: str, name: str) -> float:
+    found = [f for f in report["figures"] if f["backend"] == backend and f["name"] == name]
+    assert len(found) == 1, f"no single figure {backend} {name!r} in {report['figures']}"
+    value = found[0]["value"]
+    assert value is not None and not math.isnan(value), found[0]
+    return float(value)
+
+
+def test_every_family_runs(tmp_path: Path) -> None:
+    # SQLite and the PostgreSQL lease keep it short; the advisory lock differs only by URL
+    # (its standbys that lose the race name the new leader only after a round, ~5 s).
+    report = run_bench(tmp_path, "--backends", "sqlite,postgresql", "--only",
+                       "handover,failover,leader,watch,rss,qps")  # fmt: skip
+    assert not report["failed"]
+    assert not [f for f in report["figures"] if f["family"] == "skip"], "PostgreSQL missing"
+    for backend in ("sqlite", "postgresql"):
+        assert 0 < figure(report, backend, "graceful handover p99") < 10_000  # ms
+        assert 0 < figure(report, backend, "crash failover p99") < 10_000
+        assert 0 <= figure(report, backend, "backend queries/s, leader") < 100
+        assert 0 <= figure(report, backend, "backend queries/s, follower") < 100
+    assert figure(report, "any", "/leader 2 conns: req/s") > 0
+    assert figure(report, "any", "backend queries per /leader request") < 0.01
+    assert 0 < figure(report, "any", "/watch fan-out 100: all answered") < 30_000
+    assert 5 < figure(report, "sqlite", "RSS idle") < 1000  # MB
+    trial = report["data"]["watch"]["sizes"]["100"][0]
+    assert trial["answered"] == 100 and trial["statuses"] == [{"200": 100}]
+
+
+@pytest.mark.skipif(
+    shutil.which("etcd") is None or shutil.which("etcdctl") is None,
+    reason="etcd is not installed (apt-get install -y etcd-server etcd-client); "
+    "the etcd comparison is optional",
+)
+def test_etcd_comparison_runs(tmp_path: Path) -> None:
+    report = run_bench(tmp_path, "--only", "etcd")
+    assert not report["failed"]
+    assert 0 < figure(report, "etcd (no fsync)", "etcdctl elect graceful handover p99") < 10_000
+    assert 0 < figure(report, "etcd (no fsync)", "crash failover p99") < 10_000
