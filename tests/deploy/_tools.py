@@ -60,6 +60,17 @@ def run(
     return done
 
 
+def source_copy(dest: Path) -> Path:
+    """What a build needs (the Docker build context): pyproject, README, the package."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        if (ROOT / name).exists():
+            shutil.copy2(ROOT / name, dest / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(ROOT / "leaderd", dest / "leaderd", ignore=ignore)
+    return dest
+
+
 def project_version() -> str:
     """leaderd.__version__, read from the source (the wheel's dynamic version)."""
     namespace: dict[str, object] = {}

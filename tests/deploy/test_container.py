@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from ._tools import ROOT, project_version, require, run
+from ._tools import ROOT, project_version, require, run, source_copy
 
 pytestmark = pytest.mark.deploy
 
@@ -86,15 +85,8 @@ def test_dockerignore_keeps_the_context_to_what_the_wheel_needs() -> None:
 def image_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The builder stage's RUN lines, run here; returns the virtualenv they made."""
     base = tmp_path_factory.mktemp("image")
-    src = base / "src"
     # The build context: what .dockerignore lets through.
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        if (ROOT / name).exists():
-            shutil.copy2(ROOT / name, src / name)
-    shutil.copytree(
-        ROOT / "leaderd", src / "leaderd", ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
-    )
+    src = source_copy(base / "src")
     paths = {"/src": src, "/wheels": base / "wheels", "/opt/leaderd": base / "venv"}
     builder = [rest for stage, word, rest in instructions() if stage == 0 and word == "RUN"]
     assert builder, "the builder stage has no RUN lines"

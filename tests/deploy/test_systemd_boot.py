@@ -1,0 +1,191 @@
+"""The shipped units under a real systemd: booted as PID 1 in throwaway namespaces.
+
+boot-systemd.sh (beside this file) builds an overlay root over the host's / with
+a tmpfs upper layer, read-only /proc/sys and /sys and no network, and boots
+/lib/systemd/systemd in it. The units and the example config are installed
+there unchanged; only /usr/bin/leaderd is a small launcher for this checkout,
+installed with its dependencies under /opt/leaderd. Needs root (unshare, overlay).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ._tools import ROOT, require, run, source_copy
+
+pytestmark = pytest.mark.deploy
+
+BOOT = Path(__file__).with_name("boot-systemd.sh")
+LAUNCHER = """#!/usr/bin/python3 -s
+import sys
+sys.path.insert(0, "/opt/leaderd/site")
+from leaderd.cli import main
+sys.exit(main())
+"""
+
+
+class Machine:
+    """A booted systemd; commands run inside it through nsenter."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def run(self, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        enter = ["nsenter", "-t", str(self.pid), "-m", "-p", "-r", "-w"]
+        return run([*enter, *cmd], check=check, timeout=60)
+
+    def show(self, unit: str, prop: str) -> str:
+        return self.run("systemctl", "show", unit, "-p", prop, "--value").stdout.strip()
+
+    def wait_for(self, what: str, predicate: object, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():  # type: ignore[operator]
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.3)
+
+
+def stage(where: Path) -> None:
+    """What the throwaway root gets on top of the host's files."""
+    site = where / "opt" / "leaderd" / "site"
+    src = source_copy(where.parent / "src")
+    run([sys.executable, "-m", "pip", "install", "-q", "--target", site, src], timeout=600)
+    launcher = where / "usr" / "bin" / "leaderd"
+    launcher.parent.mkdir(parents=True)
+    launcher.write_text(LAUNCHER)
+    launcher.chmod(0o755)
+    units = where / "etc" / "systemd" / "system"
+    (units / "multi-user.target.wants").mkdir(parents=True)
+    for unit in ("leaderd.service", "leaderd.socket", "leaderd@.service"):
+        (units / unit).write_text((ROOT / "systemd" / unit).read_text())
+    (units / "multi-user.target.wants" / "leaderd.service").symlink_to(
+        "/etc/systemd/system/leaderd.service"
+    )
+    sysusers = where / "usr" / "lib" / "sysusers.d"
+    sysusers.mkdir(parents=True)
+    (sysusers / "leaderd.conf").write_text((ROOT / "systemd" / "leaderd.sysusers").read_text())
+    config = where / "etc" / "leaderd"
+    config.mkdir(parents=True)
+    (config / "leaderd.toml").write_text((ROOT / "packaging" / "leaderd.toml").read_text())
+    (config / "job.env").write_text("JOB_COMMAND=/bin/sleep 1000\n")
+    # A fresh state directory: the host's /var/lib/leaderd must not leak in.
+    (where / "var" / "lib" / "leaderd").mkdir(parents=True)
+
+
+@pytest.fixture(scope="module")
+def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
+    if os.geteuid() != 0:
+        pytest.fail("booting systemd needs root (unshare, overlay mounts)", pytrace=False)
+    for tool in ("unshare", "nsenter", "chroot", "timeout", "systemd-sysusers"):
+        require(tool)
+    if not Path("/lib/systemd/systemd").exists():
+        pytest.fail("/lib/systemd/systemd is missing: install systemd", pytrace=False)
+    base = tmp_path_factory.mktemp("boot")
+    stage(base / "stage")
+    log = open(base / "boot.log", "w")  # noqa: SIM115 - kept open while systemd runs
+    # --kill-child: when unshare dies, systemd (PID 1 inside) and all under it die too;
+    # timeout bounds the whole machine's life even if this test process is killed.
+    unshare = subprocess.Popen(
+        ["timeout", "-s", "KILL", "300", "unshare", "--mount", "--pid", "--net", "--uts",
+         "--ipc", "--fork", "--kill-child", BOOT, base],
+        stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    systemd_pid = None
+    try:
+        systemd_pid = _systemd_pid(unshare.pid, base)
+        machine = Machine(systemd_pid)
+
+        def booted() -> bool:
+            state = machine.run("systemctl", "is-system-running", check=False).stdout
+            return state.strip() in ("running", "degraded")
+
+        machine.wait_for("systemd to boot", booted, timeout=60)
+        yield machine
+    finally:
+        # SIGKILL to the namespace's PID 1 ends every process in it; unshare and
+        # timeout then exit on their own.
+        if systemd_pid is not None:
+            os.kill(systemd_pid, signal.SIGKILL)
+        else:
+            for pid in reversed(_descendants(unshare.pid)):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            unshare.kill()
+        unshare.wait(timeout=30)
+        log.close()
+
+
+def _descendants(pid: int) -> list[int]:
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+    result = [int(c) for c in children]
+    for child in list(result):
+        result += _descendants(child)
+    return result
+
+
+def _systemd_pid(timeout_pid: int, base: Path) -> int:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for pid in _descendants(timeout_pid):
+            try:
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "systemd":
+                    return pid
+            except OSError:
+                continue
+        time.sleep(0.2)
+    pytest.fail(f"systemd did not start:\n{(base / 'boot.log').read_text()}")
+
+
+def test_service_reports_its_status_line(machine: Machine) -> None:
+    machine.wait_for("leaderd active", lambda: machine.show("leaderd", "ActiveState") == "active")
+    status = machine.run("systemctl", "status", "leaderd", "--no-pager", check=False).stdout
+    assert re.search(r'Status: "default: leader \(leader \S+, term \d+\)"', status), status
+    assert machine.show("leaderd", "User") == "leaderd"
+    assert machine.run("leaderd", "status", "-q", check=False).returncode == 0
+
+
+def test_service_runs_hardened_with_watchdog(machine: Machine) -> None:
+    pid = machine.show("leaderd", "MainPID")
+    proc = machine.run("cat", f"/proc/{pid}/status").stdout
+    assert re.search(r"^NoNewPrivs:\s+1$", proc, re.M), proc
+    assert re.search(r"^Seccomp:\s+2$", proc, re.M), proc
+    assert re.search(r"^CapEff:\s+0+$", proc, re.M), proc
+    machine.wait_for("a watchdog ping", lambda: machine.show("leaderd", "WatchdogTimestamp"))
+    listing = machine.run("ls", "-l", "/run/leaderd/leaderd.sock").stdout
+    assert listing.startswith("srw-rw----") and " leaderd leaderd " in listing, listing
+
+
+def test_template_runs_the_job_only_while_leading(machine: Machine) -> None:
+    machine.run("systemctl", "start", "leaderd@job")
+    status = machine.run("systemctl", "status", "leaderd@job", "--no-pager", check=False).stdout
+    assert re.search(r'Status: "job: leader', status), status
+    assert "/bin/sleep 1000" in status, status  # the job, in the unit's cgroup
+    machine.run("systemctl", "stop", "leaderd@job")
+    assert machine.show("leaderd@job", "Result") == "success"
+    assert "sleep 1000" not in machine.run("ps", "-eo", "args").stdout
+
+
+def test_stop_releases_and_socket_activation_restarts(machine: Machine) -> None:
+    machine.run("systemctl", "stop", "leaderd")
+    assert machine.show("leaderd", "Result") == "success"
+    journal = machine.run("journalctl", "-u", "leaderd", "--no-pager", "-o", "cat").stdout
+    assert "released election default" in journal, journal
+    machine.run("systemctl", "start", "leaderd.socket")
+    assert machine.show("leaderd", "ActiveState") == "inactive"
+    # The first question starts the daemon, which takes the socket from systemd.
+    done = machine.run("leaderd", "status", check=False)
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    machine.wait_for("READY=1", lambda: machine.show("leaderd", "ActiveState") == "active")
+    assert machine.show("leaderd", "TriggeredBy") == "leaderd.socket"
