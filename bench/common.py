@@ -112,13 +112,23 @@ def raise_nofile(want: int) -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
+def memory_mb(pid: int) -> dict[str, float]:
+    """VmRSS, RssAnon (private heap), RssFile (mapped files, mostly shared libraries) from
+    /proc/PID/status, and Pss (shared pages divided among their users), in MiB."""
+    wanted = {"VmRSS:": "rss", "RssAnon:": "anon", "RssFile:": "file", "Pss:": "pss"}
+    found: dict[str, float] = {}
+    for name in (f"/proc/{pid}/status", f"/proc/{pid}/smaps_rollup"):
+        with contextlib.suppress(OSError), open(name) as f:
+            for line in f:
+                key = line.split(None, 1)[0] if line.strip() else ""
+                if key in wanted:
+                    found[wanted[key]] = int(line.split()[1]) / 1024
+    return found
+
+
 def rss_mb(pid: int) -> float:
-    """Resident set size of ``pid`` from /proc/PID/status (VmRSS), in MiB."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+    """Resident set size of ``pid`` (VmRSS), in MiB."""
+    return memory_mb(pid)["rss"]
 
 
 def cpu_seconds(pid: int) -> float:

@@ -26,11 +26,11 @@ from .common import (
     get_json,
     judge,
     loadgens,
+    memory_mb,
     metric_sums,
     ms,
     raise_nofile,
     request,
-    rss_mb,
     split,
     until,
 )
@@ -61,7 +61,7 @@ async def one_trial(daemon: Daemon, clients: int, processes: int) -> dict[str, A
             60,
             lambda: _watchers_at_least(daemon, clients),
         )
-        rss = rss_mb(daemon.pid)
+        memory = memory_mb(daemon.pid)
         cpu0 = cpu_seconds(daemon.pid)
         t0 = time.monotonic()
         resign = await request(daemon.socket, "/resign?cooldown=0", method="POST")
@@ -78,7 +78,8 @@ async def one_trial(daemon: Daemon, clients: int, processes: int) -> dict[str, A
         "all_answered": (last - t0) if last is not None and answered == clients else None,
         "first_answered": (first - t0) if first is not None else None,
         "resign_answered": resign.at - t0,
-        "rss_mb": rss,
+        "rss_mb": memory["rss"],
+        "memory_mb": memory,
         "daemon_cpu_seconds": cpu,
         "client_cpu_seconds": [r["cpu_seconds"] for r in results],
     }
@@ -99,7 +100,8 @@ async def measure(
         daemon = group.daemons[0]
         await group.settled()
         await asyncio.sleep(settle)
-        data["idle_rss_mb"] = idle = rss_mb(daemon.pid)
+        data["idle_memory_mb"] = mem = memory_mb(daemon.pid)
+        idle = mem["rss"]
         data["nofile_soft_limit_daemon"] = daemon_limit = nofile_limit(daemon.pid)
         figures.append(
             Figure(
@@ -110,7 +112,10 @@ async def measure(
                 "MB",
                 f"<= {IDLE_RSS_MB:g} MB",
                 judge(idle, IDLE_RSS_MB),
-                note=f"VmRSS {settle:g} s after ready",
+                note=(
+                    f"VmRSS {settle:g} s after ready; private (RssAnon) {mem.get('anon', 0):.1f}"
+                    f" MB, shared files {mem.get('file', 0):.1f} MB, PSS {mem.get('pss', 0):.1f} MB"
+                ),
             )
         )
         for size in sizes:
@@ -157,6 +162,10 @@ def _figures(size: int, runs: list[dict[str, Any]]) -> list[Figure]:
             ),
         )
     ]
-    rss = max(r["rss_mb"] for r in runs)
-    figures.append(Figure("rss", "sqlite", f"RSS with {size:,} watchers", rss, "MB"))
+    top = max(runs, key=lambda r: r["rss_mb"])
+    anon = top["memory_mb"].get("anon", 0.0)
+    note = f"private (RssAnon) {anon:.1f} MB"
+    figures.append(
+        Figure("rss", "sqlite", f"RSS with {size:,} watchers", top["rss_mb"], "MB", note=note)
+    )
     return figures
