@@ -16,10 +16,11 @@ import socket
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-import orjson
+import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from . import jsonio
 from .engine import Election
 from .metrics import Metrics
 from .node import Node
@@ -43,6 +44,11 @@ T = TypeVar("T")
 
 class BadParameter(ValueError):
     """A query parameter that cannot be used; answered with 400."""
+
+
+# aiohttp >= 3.9 only cancels a handler whose client left when asked; 3.8 (Debian 12) always
+# did, and took no runner shutdown_timeout either.
+_AIOHTTP_39 = tuple(int(part) for part in aiohttp.__version__.split(".")[:2]) >= (3, 9)
 
 
 def build_app(
@@ -105,9 +111,10 @@ async def serve(
     """
     if unix_path is None and unix_sock is None and tcp is None:
         raise ValueError("serve() needs at least one listener")
-    runner = web.AppRunner(
-        app, access_log=None, handler_cancellation=True, shutdown_timeout=shutdown_timeout
-    )
+    options: dict[str, Any] = {}
+    if _AIOHTTP_39:
+        options = {"handler_cancellation": True, "shutdown_timeout": shutdown_timeout}
+    runner = web.AppRunner(app, access_log=None, **options)
     await runner.setup()
     sites: list[web.BaseSite] = []
     if unix_sock is not None:
@@ -141,12 +148,12 @@ def _route(app: web.Application, path: str, handlers: dict[str, Handler]) -> Non
 
 
 def error(status: int, code: str, message: str) -> web.Response:
-    body = orjson.dumps({"error": {"code": code, "message": message}})
+    body = jsonio.dumps({"error": {"code": code, "message": message}})
     return web.Response(body=body, status=status, content_type=_JSON)
 
 
 def _json(data: Any, status: int = 200, revision: int | None = None) -> web.Response:
-    response = web.Response(body=orjson.dumps(data), status=status, content_type=_JSON)
+    response = web.Response(body=jsonio.dumps(data), status=status, content_type=_JSON)
     if revision is not None:
         response.headers["Leaderd-Revision"] = str(revision)
     return response
@@ -291,7 +298,7 @@ class _Api:
 
 
 def _event(status: ElectionStatus, sse: bool) -> bytes:
-    data = orjson.dumps(status.to_dict())
+    data = jsonio.dumps(status.to_dict())
     if sse:
         return b"id: %d\nevent: status\ndata: %s\n\n" % (status.revision, data)
     return data + b"\n"

@@ -11,9 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
-
-from . import __version__, client
+from . import __version__, client, jsonio
 from .config import Config, ConfigError, client_socket, load
 
 EXIT_OK, EXIT_NOT_LEADER, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -150,7 +148,7 @@ def _status(args: argparse.Namespace) -> int:
     if code not in (200, 503):
         return _fail(_error_message(body), EXIT_USAGE, args.quiet)
     if args.json:
-        sys.stdout.write(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() + "\n")
+        sys.stdout.write(jsonio.dumps(body, indent=True).decode() + "\n")
     elif not args.quiet:
         elections = node["elections"].values()
         shown = [s for s in elections if args.election in (None, s["election"])]
@@ -165,7 +163,7 @@ def _watch(args: argparse.Namespace) -> int:
         for code, status in client.stream(path, url):
             if code != 200:
                 return _fail(_error_message(status), EXIT_USAGE, False)
-            line = orjson.dumps(status).decode() if args.json else _line(status)
+            line = jsonio.dumps(status).decode() if args.json else _line(status)
             print(line, flush=True)
     except client.Unreachable as exc:
         return _fail(exc, EXIT_UNREACHABLE, False)
@@ -182,7 +180,7 @@ def _resign(args: argparse.Namespace) -> int:
         return _fail(exc, EXIT_UNREACHABLE, False)
     if code != 200:
         return _fail(_error_message(body), EXIT_USAGE, False)
-    print(orjson.dumps(body).decode() if args.json else _line(body))
+    print(jsonio.dumps(body).decode() if args.json else _line(body))
     return EXIT_OK
 
 

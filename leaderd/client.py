@@ -11,7 +11,7 @@ import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
-import orjson
+from . import jsonio
 
 
 class Unreachable(OSError):
@@ -49,7 +49,7 @@ def request(
         raise Unreachable(f"no leaderd answers on {socket_path}: {_why(exc)}") from None
     finally:
         conn.close()
-    return response.status, orjson.loads(body) if body else None
+    return response.status, jsonio.loads(body) if body else None
 
 
 def stream(socket_path: str, path: str) -> Iterator[tuple[int, Any]]:
@@ -59,11 +59,11 @@ def stream(socket_path: str, path: str) -> Iterator[tuple[int, Any]]:
         conn.request("GET", path, headers={"Accept": "application/x-ndjson"})
         response = conn.getresponse()
         if response.status != 200:
-            yield response.status, orjson.loads(response.read() or b"null")
+            yield response.status, jsonio.loads(response.read() or b"null")
             return
         for line in response:
             if line.strip():
-                yield 200, orjson.loads(line)
+                yield 200, jsonio.loads(line)
     except (OSError, http.client.HTTPException) as exc:
         raise Unreachable(f"no leaderd answers on {socket_path}: {_why(exc)}") from None
     finally:

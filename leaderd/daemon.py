@@ -267,4 +267,6 @@ def run(config: Config, command: list[str] | None = None) -> int:
         import uvloop
     except ImportError:
         return asyncio.run(daemon.run())
-    return uvloop.run(daemon.run())
+    # asyncio.Runner rather than uvloop.run: uvloop < 0.18 (Debian 12) has no run().
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(daemon.run())

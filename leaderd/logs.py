@@ -1,4 +1,4 @@
-"""Log set-up: one line per decision, as text (default) or JSON objects (orjson)."""
+"""Log set-up: one line per decision, as text (default) or JSON objects."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any
 
-import orjson
+from . import jsonio
 
 # Structured fields the engine and daemon attach with ``extra=``.
 FIELDS = ("event", "election", "term", "holder", "reason")
@@ -27,7 +27,7 @@ class JsonFormatter(logging.Formatter):
                 entry[name] = value
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return orjson.dumps(entry, default=str).decode()
+        return jsonio.dumps(entry, default=str).decode()
 
 
 class TextFormatter(logging.Formatter):

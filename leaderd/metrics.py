@@ -16,12 +16,12 @@ import time
 from collections.abc import Awaitable, Iterator, Sequence
 from typing import Any, TypeVar
 
+import prometheus_client
 from prometheus_client import (
     CollectorRegistry,
     Counter,
     Histogram,
     Info,
-    disable_created_metrics,
     generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -44,7 +44,9 @@ class Metrics:
 
     def __init__(self, version: str = __version__) -> None:
         # No *_created series: they double the output and no leaderd alert needs them.
-        disable_created_metrics()  # type: ignore[no-untyped-call]
+        # (prometheus-client < 0.17, as in Debian 12, has no switch: the series stay.)
+        if hasattr(prometheus_client, "disable_created_metrics"):
+            prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=True)
         self.transitions = Counter(
             "leaderd_transitions",

@@ -143,12 +143,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Debian 12's libraries are older than leaderd needs: no python3-orjson at all, "
-    "prometheus-client 0.16 (no disable_created_metrics), uvloop 0.17 (no uvloop.run), "
-    "aiohttp 3.8 (no handler_cancellation). Remove this mark once leaderd runs on them.",
-)
 def test_deb_daemon_runs_on_debian_python(deb: Path, tmp_path: Path) -> None:
     """The packaged daemon, on Debian's python3 and Debian's libraries, answers /leader."""
     if not DEBIAN_PYTHON.exists():
