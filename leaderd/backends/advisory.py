@@ -48,7 +48,8 @@ CREATE TABLE IF NOT EXISTS {t} (
     term        bigint NOT NULL,     -- fencing token; never decreases
     acquired_at timestamptz,
     released_at timestamptz,
-    pid         integer              -- pg_backend_pid() of the holder's lock session
+    pid         integer,             -- pg_backend_pid() of the holder's lock session
+    expires_at  timestamptz          -- last keepalive + ttl: the holder's lease, at most
 )
 """
 
@@ -63,18 +64,39 @@ SELECT pg_advisory_lock($1)::text IS NOT NULL AS granted, pg_backend_pid() AS pi
 """
 _BUMP = """
 WITH bumped AS (
-INSERT INTO {t} AS c (election, lock_key, holder, address, term, acquired_at, released_at, pid)
-VALUES ($1, $2, $3, $4, 1, now(), NULL, pg_backend_pid())
+INSERT INTO {t} AS c (election, lock_key, holder, address, term, acquired_at, released_at, pid,
+                      expires_at)
+VALUES ($1, $2, $3, $4, 1, now(), NULL, pg_backend_pid(), now() + make_interval(secs => $6))
 ON CONFLICT (election) DO UPDATE SET lock_key = excluded.lock_key, holder = excluded.holder,
     address = excluded.address, term = c.term + 1, acquired_at = now(), released_at = NULL,
-    pid = excluded.pid
+    pid = excluded.pid, expires_at = excluded.expires_at
 RETURNING term, acquired_at, pid
 )
 SELECT term, acquired_at, pid, pg_notify($5, term || ' acquired ' || $1)::text FROM bumped
 """
+# $1 key, $2 election, $3 ttl: proves the session alive and still holding the lock, and
+# moves the lease a successor must wait out if this session ends without a release.
 _KEEPALIVE = (
-    "SELECT pg_backend_pid() AS pid, " + _MY_LOCK.format(pid="pg_backend_pid()") + " AS held"
+    """
+WITH kept AS (
+    UPDATE {t} SET expires_at = now() + make_interval(secs => $3)
+    WHERE election = $2 AND pid = pg_backend_pid() AND """
+    + _MY_LOCK.format(pid="pg_backend_pid()")
+    + """ RETURNING 1
 )
+SELECT pg_backend_pid() AS pid, EXISTS (SELECT FROM kept) AS held
+"""
+)
+# $1 election, $2 candidate: another node that held the lock and never released it (its
+# session ended under it: crash, pg_terminate_backend, restart), and how long its lease
+# may still run on the server clock. This node's own old session needs no wait: its
+# engine heard "not held" before it asked again.
+_UNRELEASED = """
+SELECT holder, address, term, acquired_at,
+       GREATEST(0, EXTRACT(EPOCH FROM expires_at - now()))::float8 AS expires_in
+FROM {t} WHERE election = $1 AND holder IS NOT NULL AND holder <> $2 AND released_at IS NULL
+    AND pid IS DISTINCT FROM pg_backend_pid() AND expires_at > now()
+"""
 # $1 key, $2 election. A holder counts only while its recorded session holds the lock.
 # $1 key, $2 election: the companion row and the session (if any) holding the lock.
 _OBSERVE = """
@@ -138,6 +160,8 @@ class _Session:
     acquired_at: dt.datetime | None = None
     last_term: int = 0
     lost: bool = False  # the session ended while holding: report "not held" once
+    # The lock is granted but not yet claimed: waiting out an unreleased holder's lease.
+    granted: bool = False
     stale: bool = False  # in doubt (a keepalive failed): close before the next use
 
 
@@ -148,6 +172,8 @@ class PostgresAdvisoryBackend(Backend):
         self._pg = settings
         table = settings.qualified_table
         self._sql_bump = _BUMP.format(t=table)
+        self._sql_keepalive = _KEEPALIVE.format(t=table)
+        self._sql_unreleased = _UNRELEASED.format(t=table)
         self._sql_observe = _OBSERVE.format(t=table)
         self._sql_release = _RELEASE.format(t=table)
         self._sessions: dict[str, _Session] = {}
@@ -183,6 +209,8 @@ class PostgresAdvisoryBackend(Backend):
 
     async def observe(self, election: str) -> Lease:
         s = self._session(election)
+        if s.granted:
+            self._drop(s)  # cooling down: a lock waiting to be claimed goes back
         lease = await self._guard(
             s, "reading the lock", _DEFAULT_TIMEOUT, self._observe, s, election
         )
@@ -202,7 +230,7 @@ class PostgresAdvisoryBackend(Backend):
             s.lost = False
             return _free(election, s.last_term)
         if s.term is not None:
-            return await self._keepalive(s, election, candidate, timeout)
+            return await self._keepalive(s, election, candidate, ttl, timeout)
         return await self._guard(
             s,
             "acquiring the lock",
@@ -256,18 +284,26 @@ class PostgresAdvisoryBackend(Backend):
         timeout: float,
     ) -> Lease:
         conn = await self._connection(s, ttl, timeout)
-        # Keep up to a second of the budget for the term bump after the grant.
-        lock_wait = min(wait, timeout - min(1.0, timeout / 2))
-        if lock_wait >= 0.001:
-            try:
-                row = await conn.fetchrow(_LOCK, s.key, quote_literal_ms(lock_wait))
-            except asyncpg.LockNotAvailableError:
-                row = None
-        else:
-            row = await conn.fetchrow(_TRY_LOCK, s.key)
-        if row is None or not row["granted"]:
-            return await self._observe(s, election)
-        self._check_pid(s, conn, row["pid"])
+        if not s.granted:
+            # Keep up to a second of the budget for the term bump after the grant.
+            lock_wait = min(wait, timeout - min(1.0, timeout / 2))
+            if lock_wait >= 0.001:
+                try:
+                    row = await conn.fetchrow(_LOCK, s.key, quote_literal_ms(lock_wait))
+                except asyncpg.LockNotAvailableError:
+                    row = None
+            else:
+                row = await conn.fetchrow(_TRY_LOCK, s.key)
+            if row is None or not row["granted"]:
+                return await self._observe(s, election)
+            self._check_pid(s, conn, row["pid"])
+            s.granted = True
+        if self._pg.takeover == "wait":
+            previous = await conn.fetchrow(self._sql_unreleased, election, candidate.node_id)
+            if previous is not None:
+                # Its session ended without a release, so that node may still be alive and
+                # answering "leader" until its lease runs out: hold the lock, claim nothing.
+                return _unreleased(election, previous)
         bumped = await conn.fetchrow(
             self._sql_bump,
             election,
@@ -275,8 +311,10 @@ class PostgresAdvisoryBackend(Backend):
             candidate.node_id,
             candidate.address,
             self._listener.channel,
+            ttl,
         )
         self._check_pid(s, conn, bumped["pid"])
+        s.granted = False
         s.term = s.last_term = int(bumped["term"])
         s.pid, s.address, s.acquired_at = (
             int(bumped["pid"]),
@@ -286,13 +324,13 @@ class PostgresAdvisoryBackend(Backend):
         return self._held(s, election, candidate)
 
     async def _keepalive(
-        self, s: _Session, election: str, candidate: Candidate, timeout: float
+        self, s: _Session, election: str, candidate: Candidate, ttl: float, timeout: float
     ) -> Lease:
         try:
             if timeout <= 0 or s.conn is None:
                 raise TimeoutError
             async with asyncio.timeout(timeout):
-                row = await s.conn.fetchrow(_KEEPALIVE, s.key)
+                row = await s.conn.fetchrow(self._sql_keepalive, s.key, election, ttl)
         except Exception:  # whatever went wrong (even asyncpg internals), it is in doubt
             # In doubt: not held. The session is closed on the next call, once the engine
             # has stepped down, never while it may still answer "leader".
@@ -384,7 +422,7 @@ class PostgresAdvisoryBackend(Backend):
     def _on_closed(self, s: _Session, conn: Any) -> None:
         if s.conn is not conn:  # we closed it ourselves
             return
-        s.conn = None
+        s.conn, s.granted = None, False
         if s.term is not None:
             s.term, s.lost = None, True
         self._listener.wake(s.election)
@@ -392,7 +430,7 @@ class PostgresAdvisoryBackend(Backend):
     def _drop(self, s: _Session) -> None:
         """Forget the session's connection and close it in the background: asyncpg first
         cancels a statement still running (a blocked pg_advisory_lock), then terminates."""
-        conn, s.conn, s.stale = s.conn, None, False
+        conn, s.conn, s.stale, s.granted = s.conn, None, False, False
         if conn is None or conn.is_closed():
             return
         task = asyncio.get_running_loop().create_task(close_quietly(conn))
@@ -409,6 +447,13 @@ class PostgresAdvisoryBackend(Backend):
     def _held(s: _Session, election: str, candidate: Candidate) -> Lease:
         assert s.term is not None
         return Lease(election, candidate.node_id, s.address, s.term, s.acquired_at, None)
+
+
+def _unreleased(election: str, row: Any) -> Lease:
+    """The previous holder, as a lease that runs out when its last keepalive allows."""
+    expires_in = max(float(row["expires_in"]), 0.001)
+    term = int(row["term"])
+    return Lease(election, row["holder"], row["address"], term, row["acquired_at"], expires_in)
 
 
 def _free(election: str, term: int) -> Lease:

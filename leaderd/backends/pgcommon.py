@@ -22,7 +22,9 @@ log = logging.getLogger("leaderd.backends.postgresql")
 
 # Query parameters leaderd reads itself; every other one goes to asyncpg, which takes
 # the libpq connection parameters it knows and sends the rest as server settings (GUCs).
-_OWN_PARAMS = ("table", "schema", "application_name", "connect_timeout")
+_OWN_PARAMS = ("table", "schema", "application_name", "connect_timeout", "takeover")
+# Advisory backend: after an unreleased holder, wait out its lease, or take over at once.
+TAKEOVER_MODES = ("wait", "immediate")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 # SQLSTATE classes that retrying cannot fix: bad credentials (28), no such database (3D)
@@ -50,6 +52,7 @@ class PgSettings:
     table: str
     application_name: str
     connect_timeout: float
+    takeover: str = "wait"
     secrets: tuple[str, ...] = field(default=(), repr=False)
 
     @property
@@ -78,6 +81,9 @@ class PgSettings:
             connect_timeout = float(own.get("connect_timeout", "10"))
         except ValueError:
             raise BackendFatal(f"{description}: connect_timeout must be a number") from None
+        takeover = own.get("takeover", "wait")
+        if takeover not in TAKEOVER_MODES:
+            raise BackendFatal(f"{description}: takeover must be wait or immediate")
         secrets = [v for k, v in query if k == "password" and v]
         if parts.password:
             secrets += [parts.password, urllib.parse.unquote(parts.password)]
@@ -91,6 +97,7 @@ class PgSettings:
             table=table,
             application_name=own.get("application_name", "leaderd"),
             connect_timeout=connect_timeout if connect_timeout > 0 else 10.0,
+            takeover=takeover,
             secrets=tuple(sorted(set(secrets), key=len, reverse=True)),
         )
 

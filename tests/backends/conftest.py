@@ -52,9 +52,18 @@ async def expire_by_ttl(store: Store, holder: Backend, election: str) -> Backend
 
 
 async def expire_by_closing(store: Store, holder: Backend, election: str) -> Backend:
-    """Session backends (advisory lock): the lease ends with the holder's connection."""
+    """Session backends (advisory lock, takeover=immediate): the lease ends with the
+    holder's connection."""
     await holder.close()
     return await store.new()  # the holder's node carries on with a new session
+
+
+async def expire_by_closing_and_lapsing(store: Store, holder: Backend, election: str) -> Backend:
+    """Advisory lock, takeover=wait: a holder whose session ended without a release is
+    waited out until its last keepalive's lease has lapsed too."""
+    successor = await expire_by_closing(store, holder, election)
+    await asyncio.sleep(SHORT_TTL * 1.5)
+    return successor
 
 
 # (store, holder's instance, election) -> the instance the holder's node uses afterwards.
@@ -161,7 +170,7 @@ async def _postgresql(request: pytest.FixtureRequest) -> str:
 
 @register(
     "postgresql+advisory",
-    expire=expire_by_closing,
+    expire=expire_by_closing_and_lapsing,
     marks=(pytest.mark.postgres,),
     lacks={TTL: "an advisory lock held by a live session has no expiry time"},
 )
@@ -169,6 +178,18 @@ async def _postgresql_advisory(request: pytest.FixtureRequest) -> str:
     server = request.getfixturevalue("pg_server")
     table = f"advisory_{uuid.uuid4().hex[:10]}"
     return str(server.dsn(scheme="postgresql+advisory", table=table))
+
+
+@register(
+    "postgresql+advisory-immediate",
+    expire=expire_by_closing,
+    marks=(pytest.mark.postgres,),
+    lacks={TTL: "an advisory lock held by a live session has no expiry time"},
+)
+async def _postgresql_advisory_immediate(request: pytest.FixtureRequest) -> str:
+    server = request.getfixturevalue("pg_server")
+    table = f"advisory_{uuid.uuid4().hex[:10]}"
+    return str(server.dsn(scheme="postgresql+advisory", table=table, takeover="immediate"))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

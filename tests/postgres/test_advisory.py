@@ -64,7 +64,7 @@ async def test_the_key_is_documented_and_visible_in_pg_locks(pg_server: PgServer
 async def test_terminated_holder_steps_down_and_a_waiter_takes_over(
     pg_server: PgServer,
 ) -> None:
-    u, e = url(pg_server), unique()
+    u, e = url(pg_server, takeover="immediate"), unique()
     async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
         mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
         waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5))
@@ -83,6 +83,42 @@ async def test_terminated_holder_steps_down_and_a_waiter_takes_over(
         assert not after.held_by(A.node_id)
         seen = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
         assert seen.holder == B.node_id and seen.term == theirs.term
+
+
+async def test_by_default_a_waiter_waits_out_a_terminated_holders_lease(
+    pg_server: PgServer,
+) -> None:
+    """takeover=wait: the server ended the holder's session, but that node may be alive and
+    still answering "leader" until its lease runs out; the successor holds the lock and
+    claims nothing before then."""
+    u, e, ttl = url(pg_server), unique(), 1.0
+    async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
+        mine = await a.acquire_or_renew(e, A, ttl=ttl, timeout=5)
+        waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=ttl, timeout=10, wait=5))
+        await asyncio.sleep(0.1)
+        t0 = time.monotonic()
+        await other.execute("SELECT pg_terminate_backend($1)", session_pid(a, e))
+        pending = await asyncio.wait_for(waiter, 2)
+        assert pending.holder == A.node_id and pending.term == mine.term
+        assert pending.expires_in is not None and 0 < pending.expires_in <= ttl
+        assert await lock_pids(other, e) == [session_pid(b, e)], "the successor keeps the lock"
+        await asyncio.sleep(pending.expires_in)
+        theirs = await b.acquire_or_renew(e, B, ttl=ttl, timeout=5)
+        waited = time.monotonic() - t0
+        assert theirs.held_by(B.node_id) and theirs.term == mine.term + 1
+        print(f"\nadvisory: holder terminated -> successor claims after {waited * 1000:.0f} ms")
+        assert waited >= ttl * 0.8  # no sooner than the holder's lease allowed
+
+
+async def test_a_clean_release_needs_no_wait(pg_server: PgServer) -> None:
+    u, e = url(pg_server), unique()
+    async with opened(u, e) as a, opened(u, e) as b:
+        mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5))
+        await asyncio.sleep(0.1)
+        await a.release(e, A, mine.term)
+        theirs = await asyncio.wait_for(waiter, 2)
+        assert theirs.held_by(B.node_id) and theirs.term == mine.term + 1
 
 
 async def test_a_cancelled_waiter_leaves_the_lock_queue(pg_server: PgServer) -> None:

@@ -82,9 +82,32 @@ def test_sigkill_leader_is_replaced(cluster: list[Daemon], scheme: str) -> None:
     new = the_leader([d for d in cluster if d is not leader])
     took = time.monotonic() - t0
     print(f"\n{scheme}: SIGKILL -> new leader in {took * 1000:.0f} ms")
-    # Lease: the row expires (ttl + retry); advisory: the kernel closes the session.
-    bound = TTL + RETRY + 1.5 if scheme == "postgresql" else 1.5
-    assert took <= bound and term_of(new) == before + 1
+    # Lease: the row expires. Advisory: the lock passes on when the kernel closes the
+    # session, and the successor then waits out the dead holder's lease (takeover=wait).
+    assert took <= TTL + RETRY + 1.5 and term_of(new) == before + 1
+
+
+def test_advisory_immediate_takeover_replaces_a_killed_leader_within_a_second(
+    pg: PgServer,
+) -> None:
+    workdir = short_tempdir()
+    url = pg.dsn(scheme="postgresql+advisory", table=unique("p"), takeover="immediate")
+    cluster = [Daemon(f"node-{i}", url, workdir=workdir).start() for i in range(3)]
+    try:
+        for d in cluster:
+            d.wait_ready()
+        leader = the_leader(cluster)
+        before = term_of(leader)
+        leader.kill()
+        t0 = time.monotonic()
+        new = the_leader([d for d in cluster if d is not leader])
+        took = time.monotonic() - t0
+        print(f"\nadvisory, takeover=immediate: SIGKILL -> new leader in {took * 1000:.0f} ms")
+        assert took <= 1.5 and term_of(new) == before + 1
+    finally:
+        for d in cluster:
+            d.kill()
+        subprocess.run(["rm", "-rf", workdir], check=False)
 
 
 def test_sigstop_leader_is_replaced_and_says_so_after_sigcont(cluster: list[Daemon]) -> None:
