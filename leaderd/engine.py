@@ -14,19 +14,19 @@ import datetime as dt
 import logging
 import math
 import random
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
 from .backends.base import Backend, BackendError, Candidate, Lease
 from .clock import Clock, SystemClock
 from .status import ElectionStatus, LeaderInfo, Role
 from .timing import Timing
+from .watchers import ChangeListener, Watchers
 
 log = logging.getLogger("leaderd.engine")
 
 # Awaited after this node stopped leading and before the lease is released.
 StepDownHook = Callable[[str], Awaitable[None]]
-ChangeListener = Callable[[ElectionStatus], None]
 
 _View = tuple[Role, LeaderInfo | None, int]
 _Wake = Literal["poke", "change"] | None
@@ -73,16 +73,11 @@ class Election:
         self.last_contact: dt.datetime | None = None
         self.ready = False
         self._turn_due = math.inf
-        # Published state: revision moves on every change of (role, leader, term).
+        # The last published (role, leader, term): each change is a new revision.
         self._published: tuple[Role, str | None, int] | None = None
-        self._revision = 0
-        self._changed_at = self._clock.wall()
-        self._changed = asyncio.Event()
+        self._watchers = Watchers(name, self._clock.wall())
         self._poke = asyncio.Event()
         self._stopped = asyncio.Event()
-        self._listeners: list[ChangeListener] = []
-        self._streams: set[asyncio.Queue[ElectionStatus]] = set()
-        self._pollers = 0
         self._refresh(self._clock.monotonic())
 
     # ---- answers: each derives the role from the clock at the moment it is asked ----
@@ -104,39 +99,20 @@ class Election:
 
     @property
     def watchers(self) -> int:
-        return self._pollers + len(self._streams)
+        return self._watchers.count
 
     def add_listener(self, listener: ChangeListener) -> None:
         """Call ``listener`` synchronously with the new status on every revision."""
-        self._listeners.append(listener)
+        self._watchers.add_listener(listener)
 
     async def wait_for_change(self, revision: int | None, timeout: float) -> ElectionStatus:
         """Long poll: the status once its revision differs from ``revision`` (or the
         next change when None), or the current status after ``timeout`` seconds."""
-        status = self.status()
-        awaited = status.revision if revision is None else revision
-        self._pollers += 1
-        try:
-            async with asyncio.timeout(timeout):
-                while status.revision == awaited:
-                    await self._changed.wait()
-                    status = self.status()
-        except TimeoutError:
-            status = self.status()
-        finally:
-            self._pollers -= 1
-        return status
+        return await self._watchers.wait(self.status, revision, timeout)
 
-    @contextlib.contextmanager
-    def stream(self) -> Iterator[asyncio.Queue[ElectionStatus]]:
+    def stream(self) -> contextlib.AbstractContextManager[asyncio.Queue[ElectionStatus]]:
         """A queue that receives the current status, then one status per change."""
-        queue: asyncio.Queue[ElectionStatus] = asyncio.Queue(maxsize=256)
-        queue.put_nowait(self.status())
-        self._streams.add(queue)
-        try:
-            yield queue
-        finally:
-            self._streams.discard(queue)
+        return self._watchers.stream(self.status())
 
     # ---- actions ----
 
@@ -438,8 +414,8 @@ class Election:
             term=term,
             ttl=self.timing.ttl,
             valid_for=self._deadline - now if role is Role.LEADER else None,
-            revision=self._revision,
-            changed_at=self._changed_at,
+            revision=self._watchers.revision,
+            changed_at=self._watchers.changed_at,
         )
 
     def _refresh(self, now: float) -> _View:
@@ -450,19 +426,9 @@ class Election:
         if key == self._published:
             return view
         previous, self._published = self._published, key
-        self._revision += 1
-        self._changed_at = self._clock.wall()
+        self._watchers.next_revision(self._clock.wall())
         self._log_change(previous[0] if previous else None, view, now)
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
-        status = self._snapshot(view, now)
-        for queue in self._streams:
-            _offer(queue, status)
-        for listener in self._listeners:
-            try:
-                listener(status)
-            except Exception:  # one broken listener must not stop the election or the others
-                log.exception("listener of election %s failed", self.name)
+        self._watchers.publish(self._snapshot(view, now))
         return view
 
     def _log_change(self, previous: Role | None, view: _View, now: float) -> None:
@@ -487,10 +453,3 @@ class Election:
         level = logging.DEBUG if previous is None else logging.INFO
         extra = {"event": role.value, "election": self.name, "term": term, "holder": holder}
         log.log(level, sentence, extra=extra)
-
-
-def _offer(queue: asyncio.Queue[ElectionStatus], status: ElectionStatus) -> None:
-    """Queue a change for a stream; a reader that fell far behind loses the oldest."""
-    if queue.full():
-        queue.get_nowait()
-    queue.put_nowait(status)

@@ -1,0 +1,91 @@
+"""Revisions of one election and everyone waiting for the next: long polls, streams, listeners.
+
+The engine decides what the status is; this module numbers its changes and delivers them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+from collections.abc import Callable, Iterator
+
+from .status import ElectionStatus
+
+log = logging.getLogger("leaderd.engine")
+
+ChangeListener = Callable[[ElectionStatus], None]
+# How many changes a stream reader may fall behind before it loses the oldest.
+STREAM_BACKLOG = 256
+
+
+class Watchers:
+    def __init__(self, election: str, changed_at: dt.datetime) -> None:
+        self.election = election
+        # Moves by one on every change of role, leader or term (DESIGN §3).
+        self.revision = 0
+        self.changed_at = changed_at
+        self._changed = asyncio.Event()
+        self._listeners: list[ChangeListener] = []
+        self._streams: set[asyncio.Queue[ElectionStatus]] = set()
+        self._pollers = 0
+
+    @property
+    def count(self) -> int:
+        return self._pollers + len(self._streams)
+
+    def add_listener(self, listener: ChangeListener) -> None:
+        self._listeners.append(listener)
+
+    def next_revision(self, when: dt.datetime) -> None:
+        self.revision += 1
+        self.changed_at = when
+
+    def publish(self, status: ElectionStatus) -> None:
+        """Deliver a new revision: wake long polls, queue it on streams, call listeners."""
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+        for queue in self._streams:
+            _offer(queue, status)
+        for listener in self._listeners:
+            try:
+                listener(status)
+            except Exception:  # one broken listener must not stop the election or the others
+                log.exception("listener of election %s failed", self.election)
+
+    async def wait(
+        self, current: Callable[[], ElectionStatus], revision: int | None, timeout: float
+    ) -> ElectionStatus:
+        """The status once its revision differs from ``revision`` (the next change when
+        None), or the current status after ``timeout`` seconds."""
+        status = current()
+        awaited = status.revision if revision is None else revision
+        self._pollers += 1
+        try:
+            async with asyncio.timeout(timeout):
+                while status.revision == awaited:
+                    await self._changed.wait()
+                    status = current()
+        except TimeoutError:
+            status = current()
+        finally:
+            self._pollers -= 1
+        return status
+
+    @contextlib.contextmanager
+    def stream(self, first: ElectionStatus) -> Iterator[asyncio.Queue[ElectionStatus]]:
+        """A queue holding ``first``, then one status per change."""
+        queue: asyncio.Queue[ElectionStatus] = asyncio.Queue(maxsize=STREAM_BACKLOG)
+        queue.put_nowait(first)
+        self._streams.add(queue)
+        try:
+            yield queue
+        finally:
+            self._streams.discard(queue)
+
+
+def _offer(queue: asyncio.Queue[ElectionStatus], status: ElectionStatus) -> None:
+    if queue.full():
+        queue.get_nowait()
+    queue.put_nowait(status)
