@@ -21,7 +21,9 @@ import orjson
 
 from tests.daemons import REPO, Daemon, short_tempdir
 
-BACKENDS = ("sqlite", "postgresql", "postgresql+advisory")
+# ":immediate" is the advisory backend with takeover=immediate (docs/postgresql.md): a
+# standby leads as soon as the server grants it the lock, even after a crash.
+BACKENDS = ("sqlite", "postgresql", "postgresql+advisory", "postgresql+advisory:immediate")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -376,7 +378,9 @@ class Backends:
         if backend == "sqlite":
             return f"sqlite://{self._dir}/{uuid.uuid4().hex[:8]}.db"
         assert self._pg is not None, backend
-        url: str = self._pg.dsn(scheme=backend)
+        scheme, _, takeover = backend.partition(":")
+        params = {"takeover": takeover} if takeover else {}
+        url: str = self._pg.dsn(scheme=scheme, **params)
         return url
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ NOTES = {
     "sqlite": "followers also read PRAGMA data_version every 3 ms (shared memory, not counted)",
     "postgresql": "standbys LISTEN between rounds (no queries)",
     "postgresql+advisory": "a standby's round is one blocking pg_advisory_lock",
+    "postgresql+advisory:immediate": "a standby's round is one blocking pg_advisory_lock",
 }
 
 
