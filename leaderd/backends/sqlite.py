@@ -10,6 +10,7 @@ an earlier boot counts as expired. Standbys wake on ``PRAGMA data_version``. See
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import datetime as dt
 import os
 import re
@@ -29,6 +30,12 @@ SCHEMA_VERSION = 1
 _DEFAULT_TABLE = "leaderd_lease"
 _DEFAULT_BUSY_TIMEOUT_MS = 5000
 _DEFAULT_POLL_INTERVAL_MS = 3.0
+_IN_MODIFY = 0x2  # from <sys/inotify.h>
+# Without an inotify event, look anyway this often (a missed event only costs latency).
+_IDLE_POLL_INTERVAL = 0.5
+# After a write, poll fast this long: the commit becomes visible once its fsync completes.
+_SETTLE_TIME = 1.0
+_SETTLE_POLL_INTERVAL = 0.001
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 # Primary result codes that may clear by themselves; any other database error is fatal.
 _TRANSIENT_CODES = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR}
@@ -296,16 +303,61 @@ class SQLiteBackend(Backend):
                 )
             except sqlite3.Error:
                 return  # waiters still wake on their timeout, and their reads report the error
-        last = _data_version(self._poll_conn)
-        while self._waiters and not self._closed and self._poll_conn is not None:
-            await asyncio.sleep(self._poll_interval)
+        written = asyncio.Event()
+        watch = _watch_writes(os.path.dirname(self.path), written)
+        try:
+            await self._poll_versions(self._poll_conn, written, fast=watch is None)
+        finally:
+            if watch is not None:
+                asyncio.get_running_loop().remove_reader(watch)
+                os.close(watch)
+
+    async def _poll_versions(
+        self, conn: sqlite3.Connection, written: asyncio.Event, fast: bool
+    ) -> None:
+        """Poll data_version every few ms: always without inotify, else for a while after a
+        write in the directory (a commit shows only after its fsync, so keep looking)."""
+        last, fast_until = _data_version(conn), 0.0
+        while self._waiters and not self._closed:
+            if fast:
+                await asyncio.sleep(self._poll_interval)
+            elif time.monotonic() < fast_until:
+                await asyncio.sleep(_SETTLE_POLL_INTERVAL)
+            else:
+                with suppress(TimeoutError):
+                    await asyncio.wait_for(written.wait(), _IDLE_POLL_INTERVAL)
+            if written.is_set():
+                written.clear()
+                fast_until = time.monotonic() + _SETTLE_TIME
             # A few microseconds on the loop thread: reads the WAL index in shared memory,
             # no disk I/O while nothing changed (an aiosqlite hop would cost ~50x more CPU).
-            version = _data_version(self._poll_conn)
+            version = _data_version(conn)
             if version is not None and version != last:
-                last = version
+                last, fast_until = version, 0.0
                 self._changed.set()
                 self._changed = asyncio.Event()
+
+
+def _watch_writes(directory: str, written: asyncio.Event) -> int | None:
+    """An inotify descriptor that sets ``written`` on any write in ``directory`` (every
+    commit appends to the -wal file); None where inotify is unavailable (then: poll)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    init = getattr(libc, "inotify_init1", None)
+    fd = -1 if init is None else int(init(os.O_NONBLOCK | os.O_CLOEXEC))
+    if fd < 0:
+        return None
+    if libc.inotify_add_watch(fd, os.fsencode(directory), _IN_MODIFY) < 0:
+        os.close(fd)
+        return None
+    asyncio.get_running_loop().add_reader(fd, _drain, fd, written)
+    return fd
+
+
+def _drain(fd: int, written: asyncio.Event) -> None:
+    with suppress(BlockingIOError):
+        while os.read(fd, 4096):
+            pass
+    written.set()
 
 
 async def _prepare(conn: aiosqlite.Connection, table: str, elections: Sequence[str]) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from leaderd.backends import BackendFatal, BackendUnavailable, Candidate, backend_from_url
+from leaderd.backends import sqlite as sqlite_backend
 from leaderd.backends.sqlite import SQLiteBackend
 
 from .conftest import ELECTIONS, LONG_TTL, SHORT_TTL
@@ -211,6 +212,51 @@ async def test_a_waiter_wakes_when_the_lease_it_saw_lapses(db: Path) -> None:
     started = time.monotonic()
     await b.wait_for_change(E, 5.0)
     assert SHORT_TTL * 0.7 < time.monotonic() - started < 2.5
+
+
+@pytest.mark.parametrize("inotify", [True, False], ids=["inotify", "polling"])
+async def test_a_release_in_another_process_wakes_a_waiter_promptly(
+    db: Path, inotify: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if inotify:  # the slow safety-net poll alone would be too late: only inotify can pass
+        monkeypatch.setattr(sqlite_backend, "_IDLE_POLL_INTERVAL", 30.0)
+    else:  # as where inotify is unavailable: data_version polled every few ms
+        monkeypatch.setattr(sqlite_backend, "_watch_writes", lambda directory, written: None)
+    waiter = await opened(db)
+    holder = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-c", HOLDER, f"sqlite://{db}"),
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert holder.stdin is not None and holder.stdout is not None
+    term = int(await holder.stdout.readline())
+    assert (await waiter.observe(E)).term == term
+    waiting = asyncio.create_task(waiter.wait_for_change(E, 5.0))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    holder.stdin.write(b"release\n")
+    released = float(await holder.stdout.readline())
+    await asyncio.wait_for(waiting, 10)
+    assert time.monotonic() - released < 1.0  # typically 2-3 ms
+    assert await holder.wait() == 0
+
+
+HOLDER = """
+import asyncio, sys, time
+from leaderd.backends import Candidate, backend_from_url
+async def main(url):
+    backend = backend_from_url(url)
+    await backend.open(["default"])
+    lease = await backend.acquire_or_renew("default", Candidate("holder"), 60.0, timeout=5)
+    print(lease.term, flush=True)
+    sys.stdin.readline()
+    released = time.monotonic()
+    await backend.release("default", Candidate("holder"), lease.term)
+    print(released, flush=True)
+    await backend.close()
+asyncio.run(main(sys.argv[1]))
+"""
 
 
 async def test_renewals_do_not_wake_waiters(db: Path) -> None:
