@@ -4,7 +4,9 @@ Acquire and renew are one compare-and-set UPSERT inside ``BEGIN IMMEDIATE``; the
 WAL mode with ``synchronous=FULL`` so a granted term survives power loss. Expiry is judged on
 this host's ``CLOCK_MONOTONIC`` (``time.monotonic()``, the clock the engine self-fences on) plus
 the kernel boot id stored in the row: the monotonic clock never steps, and a row written during
-an earlier boot counts as expired. Standbys wake on ``PRAGMA data_version``. See docs/sqlite.md.
+an earlier boot counts as expired. Standbys wake within milliseconds: an inotify event on the
+file's directory (or, without inotify, a timer) makes them check ``PRAGMA data_version``.
+See docs/sqlite.md.
 """
 
 from __future__ import annotations
