@@ -10,7 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -38,10 +38,23 @@ COLUMNS = [
 ]
 
 
-async def opened(path: Path | str, query: str = "") -> SQLiteBackend:
-    backend = SQLiteBackend.from_url(f"sqlite://{path}{query}")
-    await backend.open(ELECTIONS)
-    return backend
+Opener = Callable[..., Awaitable[SQLiteBackend]]
+
+
+@pytest.fixture
+async def opened() -> AsyncIterator[Opener]:
+    """Opens backends on a file (``opened(path, "?query")``) and closes them after the test."""
+    backends: list[SQLiteBackend] = []
+
+    async def open_backend(path: Path | str, query: str = "") -> SQLiteBackend:
+        backend = SQLiteBackend.from_url(f"sqlite://{path}{query}")
+        backends.append(backend)
+        await backend.open(ELECTIONS)
+        return backend
+
+    yield open_backend
+    for backend in backends:
+        await backend.close()
 
 
 @pytest.fixture
@@ -74,7 +87,7 @@ def test_bad_urls_are_fatal(url: str) -> None:
         SQLiteBackend.from_url(url)
 
 
-async def test_the_file_is_in_wal_mode_with_the_documented_schema(db: Path) -> None:
+async def test_the_file_is_in_wal_mode_with_the_documented_schema(db: Path, opened: Opener) -> None:
     backend = await opened(db, "?table=my_lease")
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -84,14 +97,14 @@ async def test_the_file_is_in_wal_mode_with_the_documented_schema(db: Path) -> N
     await backend.close()
 
 
-async def test_a_missing_directory_is_fatal(tmp_path: Path) -> None:
+async def test_a_missing_directory_is_fatal(tmp_path: Path, opened: Opener) -> None:
     path = tmp_path / "missing" / "leaderd.db"
     with pytest.raises(BackendFatal, match=str(path)):
         await opened(path)
     assert not path.parent.exists()  # leaderd creates the file, never its directory
 
 
-async def test_a_path_under_a_regular_file_is_fatal(tmp_path: Path) -> None:
+async def test_a_path_under_a_regular_file_is_fatal(tmp_path: Path, opened: Opener) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(BackendFatal, match=str(tmp_path / "file")):
         await opened(tmp_path / "file" / "leaderd.db")
@@ -103,13 +116,13 @@ def corrupt(db: Path) -> Path:
     return db
 
 
-async def test_a_corrupt_file_is_fatal_and_named(corrupt: Path) -> None:
+async def test_a_corrupt_file_is_fatal_and_named(corrupt: Path, opened: Opener) -> None:
     db = corrupt
     with pytest.raises(BackendFatal, match=rf"{db}.*not a database"):
         await opened(db)
 
 
-async def test_a_table_of_another_shape_is_fatal(db: Path) -> None:
+async def test_a_table_of_another_shape_is_fatal(db: Path, opened: Opener) -> None:
     with sqlite3.connect(db) as conn:
         conn.execute("CREATE TABLE leaderd_lease (x)")
     with pytest.raises(BackendFatal, match=str(db)):
@@ -128,7 +141,7 @@ def immutable(db: Path) -> Iterator[Path]:
         subprocess.run(["chattr", "-i", str(db)], check=True)
 
 
-async def test_a_read_only_file_is_fatal_even_for_root(immutable: Path) -> None:
+async def test_a_read_only_file_is_fatal_even_for_root(immutable: Path, opened: Opener) -> None:
     with pytest.raises(BackendFatal, match=rf"{immutable}.*readonly"):
         await opened(immutable)
 
@@ -169,7 +182,7 @@ async def test_an_unwritable_directory_is_fatal(tmp_path: Path) -> None:
     assert answer.startswith("BackendFatal") and str(directory) in answer, answer
 
 
-async def test_an_unwritable_file_is_fatal(db: Path) -> None:
+async def test_an_unwritable_file_is_fatal(db: Path, opened: Opener) -> None:
     await (await opened(db)).close()
     os.chmod(db, 0o444)
     answer = open_without_privileges(db)
@@ -177,7 +190,7 @@ async def test_an_unwritable_file_is_fatal(db: Path) -> None:
     assert "readonly" in answer, answer
 
 
-async def test_a_lease_from_a_previous_boot_counts_as_expired(db: Path) -> None:
+async def test_a_lease_from_a_previous_boot_counts_as_expired(db: Path, opened: Opener) -> None:
     a, b = await opened(db), await opened(db)
     mine = await a.acquire_or_renew(E, A, LONG_TTL, timeout=5)
     with sqlite3.connect(db) as conn:  # as if the host rebooted since
@@ -188,7 +201,9 @@ async def test_a_lease_from_a_previous_boot_counts_as_expired(db: Path) -> None:
     assert again.held_by(A.node_id) and again.term == mine.term + 1  # a new term, not a renewal
 
 
-async def test_a_locked_file_makes_requests_give_up_in_time_and_recover(db: Path) -> None:
+async def test_a_locked_file_makes_requests_give_up_in_time_and_recover(
+    db: Path, opened: Opener
+) -> None:
     backend = await opened(db)
     locker = sqlite3.connect(db, isolation_level=None)
     locker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
@@ -205,7 +220,7 @@ async def test_a_locked_file_makes_requests_give_up_in_time_and_recover(db: Path
     await backend.close()
 
 
-async def test_a_waiter_wakes_when_the_lease_it_saw_lapses(db: Path) -> None:
+async def test_a_waiter_wakes_when_the_lease_it_saw_lapses(db: Path, opened: Opener) -> None:
     a, b = await opened(db), await opened(db)
     await a.acquire_or_renew(E, A, SHORT_TTL, timeout=5)
     await b.observe(E)
@@ -216,7 +231,7 @@ async def test_a_waiter_wakes_when_the_lease_it_saw_lapses(db: Path) -> None:
 
 @pytest.mark.parametrize("inotify", [True, False], ids=["inotify", "polling"])
 async def test_a_release_in_another_process_wakes_a_waiter_promptly(
-    db: Path, inotify: bool, monkeypatch: pytest.MonkeyPatch
+    db: Path, inotify: bool, monkeypatch: pytest.MonkeyPatch, opened: Opener
 ) -> None:
     if inotify:  # the slow safety-net poll alone would be too late: only inotify can pass
         monkeypatch.setattr(sqlite_backend, "_IDLE_POLL_INTERVAL", 30.0)
@@ -259,7 +274,7 @@ asyncio.run(main(sys.argv[1]))
 """
 
 
-async def test_renewals_do_not_wake_waiters(db: Path) -> None:
+async def test_renewals_do_not_wake_waiters(db: Path, opened: Opener) -> None:
     a, b = await opened(db), await opened(db)
     await a.acquire_or_renew(E, A, LONG_TTL, timeout=5)
     await b.observe(E)
@@ -271,7 +286,7 @@ async def test_renewals_do_not_wake_waiters(db: Path) -> None:
     await waiter
 
 
-async def test_close_wakes_waiters(db: Path) -> None:
+async def test_close_wakes_waiters(db: Path, opened: Opener) -> None:
     backend = await opened(db)
     await backend.observe(E)
     waiter = asyncio.create_task(backend.wait_for_change(E, 30.0))
