@@ -168,28 +168,25 @@ async def _postgresql(request: pytest.FixtureRequest) -> str:
     return str(server.dsn(table=f"lease_{uuid.uuid4().hex[:10]}"))
 
 
-@register(
-    "postgresql+advisory",
-    expire=expire_by_closing_and_lapsing,
-    marks=(pytest.mark.postgres,),
-    lacks={TTL: "an advisory lock held by a live session has no expiry time"},
-)
+def _advisory_url(request: pytest.FixtureRequest, **params: str) -> str:
+    server = request.getfixturevalue("pg_server")
+    table = f"advisory_{uuid.uuid4().hex[:10]}"
+    return str(server.dsn(scheme="postgresql+advisory", table=table, **params))
+
+
+_NO_TTL = {TTL: "an advisory lock held by a live session has no expiry time"}
+
+
+@register("postgresql+advisory", expire=expire_by_closing_and_lapsing, lacks=_NO_TTL,
+          marks=(pytest.mark.postgres,))  # fmt: skip
 async def _postgresql_advisory(request: pytest.FixtureRequest) -> str:
-    server = request.getfixturevalue("pg_server")
-    table = f"advisory_{uuid.uuid4().hex[:10]}"
-    return str(server.dsn(scheme="postgresql+advisory", table=table))
+    return _advisory_url(request)
 
 
-@register(
-    "postgresql+advisory-immediate",
-    expire=expire_by_closing,
-    marks=(pytest.mark.postgres,),
-    lacks={TTL: "an advisory lock held by a live session has no expiry time"},
-)
+@register("postgresql+advisory-immediate", expire=expire_by_closing, lacks=_NO_TTL,
+          marks=(pytest.mark.postgres,))  # fmt: skip
 async def _postgresql_advisory_immediate(request: pytest.FixtureRequest) -> str:
-    server = request.getfixturevalue("pg_server")
-    table = f"advisory_{uuid.uuid4().hex[:10]}"
-    return str(server.dsn(scheme="postgresql+advisory", table=table, takeover="immediate"))
+    return _advisory_url(request, takeover="immediate")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

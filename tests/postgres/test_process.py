@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import time
@@ -23,10 +24,10 @@ def scheme(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.fixture
-def cluster(pg: PgServer, scheme: str) -> Iterator[list[Daemon]]:
+@contextlib.contextmanager
+def running(url: str) -> Iterator[list[Daemon]]:
+    """Three ready daemons on ``url``; killed (and checked for leaked passwords) after."""
     workdir = short_tempdir()
-    url = pg.dsn(PASSWORD_USER, PASSWORD, scheme=scheme, table=unique("p"))
     daemons = [Daemon(f"node-{i}", url, workdir=workdir).start() for i in range(3)]
     try:
         for d in daemons:
@@ -40,6 +41,12 @@ def cluster(pg: PgServer, scheme: str) -> Iterator[list[Daemon]]:
         for d in daemons:
             assert PASSWORD not in d.log(), f"{d.node_id} logged the password"
         subprocess.run(["rm", "-rf", workdir], check=False)
+
+
+@pytest.fixture
+def cluster(pg: PgServer, scheme: str) -> Iterator[list[Daemon]]:
+    with running(pg.dsn(PASSWORD_USER, PASSWORD, scheme=scheme, table=unique("p"))) as daemons:
+        yield daemons
 
 
 def the_leader(daemons: list[Daemon], timeout: float = TTL + RETRY + 3) -> Daemon:
@@ -90,12 +97,8 @@ def test_sigkill_leader_is_replaced(cluster: list[Daemon], scheme: str) -> None:
 def test_advisory_immediate_takeover_replaces_a_killed_leader_within_a_second(
     pg: PgServer,
 ) -> None:
-    workdir = short_tempdir()
     url = pg.dsn(scheme="postgresql+advisory", table=unique("p"), takeover="immediate")
-    cluster = [Daemon(f"node-{i}", url, workdir=workdir).start() for i in range(3)]
-    try:
-        for d in cluster:
-            d.wait_ready()
+    with running(url) as cluster:
         leader = the_leader(cluster)
         before = term_of(leader)
         leader.kill()
@@ -104,10 +107,6 @@ def test_advisory_immediate_takeover_replaces_a_killed_leader_within_a_second(
         took = time.monotonic() - t0
         print(f"\nadvisory, takeover=immediate: SIGKILL -> new leader in {took * 1000:.0f} ms")
         assert took <= 1.5 and term_of(new) == before + 1
-    finally:
-        for d in cluster:
-            d.kill()
-        subprocess.run(["rm", "-rf", workdir], check=False)
 
 
 def test_sigstop_leader_is_replaced_and_says_so_after_sigcont(cluster: list[Daemon]) -> None:
