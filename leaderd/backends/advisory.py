@@ -288,10 +288,7 @@ class PostgresAdvisoryBackend(Backend):
             # Keep up to a second of the budget for the term bump after the grant.
             lock_wait = min(wait, timeout - min(1.0, timeout / 2))
             if lock_wait >= 0.001:
-                try:
-                    row = await conn.fetchrow(_LOCK, s.key, quote_literal_ms(lock_wait))
-                except asyncpg.LockNotAvailableError:
-                    row = None
+                row = await self._wait_for_lock(s, conn, election, lock_wait)
             else:
                 row = await conn.fetchrow(_TRY_LOCK, s.key)
             if row is None or not row["granted"]:
@@ -322,6 +319,28 @@ class PostgresAdvisoryBackend(Backend):
             bumped["acquired_at"],
         )
         return self._held(s, election, candidate)
+
+    async def _wait_for_lock(
+        self, s: _Session, conn: Any, election: str, lock_wait: float
+    ) -> Any | None:
+        """Block in pg_advisory_lock up to ``lock_wait``; give up early when another node
+        announces it acquired the lock, so this follower names the new leader at once."""
+        lock = asyncio.ensure_future(conn.fetchrow(_LOCK, s.key, quote_literal_ms(lock_wait)))
+        news = asyncio.ensure_future(self._listener.acquired(election, lock_wait))
+        try:
+            await asyncio.wait({lock, news}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            news.cancel()
+        if not lock.done():
+            # Ending the session cancels the wait, and releases a lock granted meanwhile.
+            lock.cancel()
+            self._drop(s)
+            await asyncio.gather(lock, return_exceptions=True)
+            return None
+        try:
+            return lock.result()
+        except asyncpg.LockNotAvailableError:
+            return None
 
     async def _keepalive(
         self, s: _Session, election: str, candidate: Candidate, ttl: float, timeout: float

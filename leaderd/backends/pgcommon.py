@@ -189,6 +189,7 @@ class Listener:
         self._events: dict[str, asyncio.Event] = {}
         self._notified: dict[str, int] = {}  # newest state announced, per election
         self._seen: dict[str, int] = {}  # state the last request saw, per election
+        self._acquired: dict[str, asyncio.Event] = {}  # set on "<term> acquired" news
         self._task: asyncio.Task[None] | None = None
         self._up = asyncio.Event()
 
@@ -236,10 +237,25 @@ class Listener:
             # turn every later wait into a spin.
             event.clear()
 
+    async def acquired(self, election: str, timeout: float) -> bool:
+        """True when another node announces it acquired ``election`` within ``timeout``."""
+        event = self._acquired[election] = asyncio.Event()
+        try:
+            async with asyncio.timeout(max(0.0, timeout)):
+                await event.wait()
+        except TimeoutError:
+            return False
+        finally:
+            if self._acquired.get(election) is event:
+                del self._acquired[election]
+        return True
+
     def _on_notify(self, conn: Any, pid: int, channel: str, payload: str) -> None:
         term, kind, election = [*payload.split(" ", 2), "", ""][:3]
         if not term.isdigit() or kind not in ("acquired", "released"):
             return
+        if kind == "acquired" and election in self._acquired:
+            self._acquired[election].set()
         state = _state(int(term), kind == "acquired")
         if state > self._notified.get(election, -1):
             self._notified[election] = state

@@ -121,6 +121,27 @@ async def test_a_clean_release_needs_no_wait(pg_server: PgServer) -> None:
         assert theirs.held_by(B.node_id) and theirs.term == mine.term + 1
 
 
+async def test_waiters_that_lose_the_race_name_the_new_holder_at_once(
+    pg_server: PgServer,
+) -> None:
+    u, e = url(pg_server), unique()
+    c = Candidate("node-c", "10.0.0.3:80")
+    async with opened(u, e) as a, opened(u, e) as b, opened(u, e) as third:
+        mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        waiters = [
+            asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5)),
+            asyncio.create_task(third.acquire_or_renew(e, c, ttl=15, timeout=10, wait=5)),
+        ]
+        await asyncio.sleep(0.2)
+        with Stopwatch() as sw:
+            await a.release(e, A, mine.term)
+            answers = await asyncio.wait_for(asyncio.gather(*waiters), 3)
+        winner = next(lease for lease in answers if lease.holder in (B.node_id, c.node_id))
+        # The loser does not sit out its 5 s lock wait naming the old holder.
+        assert all(lease.holder == winner.holder for lease in answers), answers
+        assert winner.term == mine.term + 1 and sw.elapsed < 1.0
+
+
 async def test_a_cancelled_waiter_leaves_the_lock_queue(pg_server: PgServer) -> None:
     u, e = url(pg_server, application_name="leaderd-cancel-test"), unique()
     async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
