@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib.resources
 import math
 import re
@@ -165,12 +166,35 @@ class _Api:
         self.metrics_ = metrics
         self.read_only = read_only
         self.closing = asyncio.Event()
+        self._polls: set[asyncio.Task[Any]] = set()
         spec = importlib.resources.files("leaderd").joinpath("openapi.json")
         self.openapi_body = spec.read_bytes()
 
     async def on_shutdown(self, app: web.Application) -> None:
         # Long polls answer and streams end now, instead of holding up the shutdown.
         self.closing.set()
+        for task in list(self._polls):
+            task.cancel()
+
+    async def _long_poll(
+        self, election: Election, revision: int | None, timeout: float
+    ) -> ElectionStatus:
+        """wait_for_change in the handler's own task (no helper tasks per watcher: 10,000
+        of them add up); a shutdown cancels it and it answers with the current status."""
+        if self.closing.is_set():
+            return election.status()
+        task = asyncio.current_task()
+        assert task is not None
+        self._polls.add(task)
+        try:
+            return await election.wait_for_change(revision, timeout)
+        except asyncio.CancelledError:
+            if not self.closing.is_set():
+                raise  # the client went away
+            task.uncancel()
+            return election.status()
+        finally:
+            self._polls.discard(task)
 
     # ---- the election endpoints ----
 
@@ -199,10 +223,7 @@ class _Api:
         if stream or _SSE in accept:
             sse = _SSE in accept or query.get("stream") == "sse"
             return await self._stream(request, election, sse)
-        status = await self._unless_closing(election.wait_for_change(revision, timeout))
-        if status is None:
-            status = election.status()
-        return _json(status.to_dict(), revision=status.revision)
+        return _json_status(await self._long_poll(election, revision, timeout))
 
     async def resign(self, request: web.Request) -> web.Response:
         election = self.node.election(request.match_info.get("election"))
@@ -295,6 +316,18 @@ class _Api:
                     break
         await response.write_eof()
         return response
+
+
+@functools.lru_cache(maxsize=16)
+def _encoded(status: ElectionStatus) -> bytes:
+    """Many watchers woken by one change get equal statuses: encode each once."""
+    return jsonio.dumps(status.to_dict())
+
+
+def _json_status(status: ElectionStatus) -> web.Response:
+    response = web.Response(body=_encoded(status), content_type=_JSON)
+    response.headers["Leaderd-Revision"] = str(status.revision)
+    return response
 
 
 def _event(status: ElectionStatus, sse: bool) -> bytes:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -65,6 +66,7 @@ class ElectionStatus:
         }
 
 
+@functools.lru_cache(maxsize=64)  # the same few instants, formatted for every watcher
 def format_time(when: dt.datetime | None) -> str | None:
     """RFC 3339 in UTC with milliseconds and a Z, as in DESIGN §3."""
     if when is None:
