@@ -22,6 +22,7 @@ from .api import build_app, serve
 from .backends import Backend, BackendFatal, BackendUnavailable, Candidate, backend_from_url
 from .config import Config
 from .engine import Election
+from .limits import raise_open_files
 from .listener import SocketInUse, SocketPathError, UnixListener
 from .metrics import Metrics
 from .node import Node
@@ -51,6 +52,7 @@ class Daemon:
         """Serve until a signal (or the supervised child) ends it; return the exit code."""
         cfg = self.config
         sock_path = cfg.socket
+        open_files = raise_open_files()
         log.info(
             "leaderd %s on %s; try: curl --unix-socket %s http://localhost/leader",
             __version__,
@@ -58,6 +60,7 @@ class Daemon:
             sock_path,
             extra={"event": "starting"},
         )
+        log.debug("open-file limit %d", open_files)
         self._install_signal_handlers()  # before the socket exists: a stop is never lost
         try:
             self._unix = self._bind_unix()

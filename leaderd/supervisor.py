@@ -34,6 +34,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from . import limits
 from .status import ElectionStatus, Role
 
 if TYPE_CHECKING:
@@ -283,6 +284,9 @@ class _Child:
         finally:
             os.close(life_r)
             os.close(report_w)
+        # The daemon lifted its open-file limit for watchers; the command gets the one it
+        # was started with (the keeper is still starting Python: it forks nothing yet).
+        limits.restore(keeper.pid)
         return cls(keeper, life_w, report_r, deadline)
 
     async def started(self) -> str | None:

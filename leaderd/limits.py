@@ -1,0 +1,28 @@
+"""The open-file limit: lifted for the daemon's watchers, given back to a supervised child.
+
+Every /watch client holds a socket; a soft limit of 1,024 would leave the rest of 10,000
+watchers unaccepted, silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+
+# What the daemon was started with (read at import, before anything raises it).
+ORIGINAL = resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def raise_open_files() -> int:
+    """Lift the soft limit to the hard one; return the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def restore(pid: int) -> None:
+    """Give a child process the limit the daemon itself was started with."""
+    with contextlib.suppress(OSError):
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, ORIGINAL)
