@@ -11,6 +11,9 @@ command -v curl >/dev/null || missing+=(curl)
 # The suite starts its own PostgreSQL server with initdb/pg_ctl.
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v runuser >/dev/null || missing+=(util-linux)
+# The benchmark's smoke test compares against etcdctl elect on a real etcd.
+command -v etcd >/dev/null || missing+=(etcd-server)
+command -v etcdctl >/dev/null || missing+=(etcd-client)
 if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
