@@ -49,7 +49,9 @@ def test_lease_backend_survives_chaos(backend: str, request: pytest.FixtureReque
 def test_advisory_survives_chaos(pg: PgServer) -> None:
     # takeover=wait (the default) closed the two-leader window after a lost connection
     # that this harness found (docs/chaos.md, "Findings").
-    result = run(Settings(backend="advisory", duration=SHORT), pg)
+    # docs/chaos.md finding 3: rarely a stopped fresh leader's session outlives the ttl
+    # by up to ~0.5 s more; liveness gets that much more room here, safety none.
+    result = run(Settings(backend="advisory", duration=SHORT, slack=2.5), pg)
     assert_every_kind_injected(result)
     assert result.violations.total == 0, summary(result)
 
