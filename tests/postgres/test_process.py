@@ -81,17 +81,23 @@ def test_sigterm_hands_over_at_once(cluster: list[Daemon], scheme: str) -> None:
     assert took < 1.0 and term_of(new) == before + 1
 
 
-def test_sigkill_leader_is_replaced(cluster: list[Daemon], scheme: str) -> None:
+def kill_the_leader(cluster: list[Daemon], what: str) -> float:
+    """SIGKILL the leader; seconds until another leads, with the next term."""
     leader = the_leader(cluster)
     before = term_of(leader)
     leader.kill()
     t0 = time.monotonic()
     new = the_leader([d for d in cluster if d is not leader])
     took = time.monotonic() - t0
-    print(f"\n{scheme}: SIGKILL -> new leader in {took * 1000:.0f} ms")
+    print(f"\n{what}: SIGKILL -> new leader in {took * 1000:.0f} ms")
+    assert term_of(new) == before + 1
+    return took
+
+
+def test_sigkill_leader_is_replaced(cluster: list[Daemon], scheme: str) -> None:
     # Lease: the row expires. Advisory: the lock passes on when the kernel closes the
     # session, and the successor then waits out the dead holder's lease (takeover=wait).
-    assert took <= TTL + RETRY + 1.5 and term_of(new) == before + 1
+    assert kill_the_leader(cluster, scheme) <= TTL + RETRY + 1.5
 
 
 def test_advisory_immediate_takeover_replaces_a_killed_leader_within_a_second(
@@ -99,14 +105,7 @@ def test_advisory_immediate_takeover_replaces_a_killed_leader_within_a_second(
 ) -> None:
     url = pg.dsn(scheme="postgresql+advisory", table=unique("p"), takeover="immediate")
     with running(url) as cluster:
-        leader = the_leader(cluster)
-        before = term_of(leader)
-        leader.kill()
-        t0 = time.monotonic()
-        new = the_leader([d for d in cluster if d is not leader])
-        took = time.monotonic() - t0
-        print(f"\nadvisory, takeover=immediate: SIGKILL -> new leader in {took * 1000:.0f} ms")
-        assert took <= 1.5 and term_of(new) == before + 1
+        assert kill_the_leader(cluster, "advisory, takeover=immediate") <= 1.5
 
 
 def test_sigstop_leader_is_replaced_and_says_so_after_sigcont(cluster: list[Daemon]) -> None:
