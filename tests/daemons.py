@@ -16,7 +16,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -27,6 +27,9 @@ def short_tempdir(prefix: str = "ld-") -> str:
 
 
 class Daemon:
+    # Every daemon started, so that a failed test leaves none running (tests/conftest.py).
+    started: ClassVar[list[Daemon]] = []
+
     def __init__(
         self,
         node_id: str,
@@ -65,6 +68,7 @@ class Daemon:
             self.args, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
         )
         log.close()
+        Daemon.started.append(self)
         return self
 
     @property
