@@ -74,15 +74,6 @@ class Supervisor:
         self._idle.set()
         self._wake = asyncio.Event()
         election.add_listener(self._on_change)
-        timing = election.timing
-        room = timing.lease_window - timing.renew_interval
-        if kill_grace >= room:
-            log.warning(
-                "kill_grace (%gs) is not below lease window - renew_interval (%.2fs): a late "
-                "renewal will stop the child even while the lease holds",
-                kill_grace,
-                room,
-            )
 
     async def run(self) -> int | None:
         """Supervise until cancelled. Returns the exit code for the daemon when the child

@@ -97,8 +97,8 @@ SELECT holder, address, term, acquired_at,
 FROM {t} WHERE election = $1 AND holder IS NOT NULL AND holder <> $2 AND released_at IS NULL
     AND pid IS DISTINCT FROM pg_backend_pid() AND expires_at > now()
 """
-# $1 key, $2 election. A holder counts only while its recorded session holds the lock.
-# $1 key, $2 election: the companion row and the session (if any) holding the lock.
+# $1 key, $2 election: the companion row and the session (if any) holding the lock; a
+# holder counts only while its recorded session holds the lock.
 _OBSERVE = """
 SELECT c.holder, c.address, c.term, c.acquired_at, c.pid, l.pid AS lock_pid
 FROM (SELECT) AS one
