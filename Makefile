@@ -1,18 +1,28 @@
 # The two commands the README puts first:
 #   make run    leaderd on its embedded default (SQLite), in the foreground
 #   make test   everything CI checks: installs what it needs, lint, types, the whole test suite
-PYTHON ?= python3
+# Both work in a virtual environment (.venv), so they never touch the system Python
+# (Debian 12 and Ubuntu refuse `pip install` there: "externally managed environment").
+SYSTEM_PYTHON ?= python3
+VENV ?= .venv
+PYTHON := $(VENV)/bin/python
 
-.PHONY: run test deps lint check bench chaos
+.PHONY: run test deps venv lint check bench chaos
 
-run:
+# The venv is made once; `python3 -m venv` needs Debian's python3-venv, installed here if missing.
+$(PYTHON):
+	SYSTEM_PYTHON=$(SYSTEM_PYTHON) VENV=$(VENV) bash .ci/make-venv.sh
+
+venv: $(PYTHON)
+
+run: $(PYTHON)
 	$(PYTHON) -m pip install -q --disable-pip-version-check -e .
-	leaderd
+	$(VENV)/bin/leaderd
 
-deps:
-	bash .ci/install-deps.sh
+deps: $(PYTHON)
+	PYTHON=$(abspath $(PYTHON)) bash .ci/install-deps.sh
 
-lint:
+lint: $(PYTHON)
 	$(PYTHON) -m ruff check leaderd tests bench
 	$(PYTHON) -m ruff format --check leaderd tests bench
 	$(PYTHON) -m mypy
@@ -20,8 +30,8 @@ lint:
 test: deps lint
 	$(PYTHON) -m pytest -ra
 
-bench:
+bench: $(PYTHON)
 	$(PYTHON) -m bench
 
-chaos:
+chaos: $(PYTHON)
 	$(PYTHON) -m tests.chaos --duration 1800
