@@ -82,11 +82,12 @@ def load(
     settings.update({k: env[var] for k, var in _ENV.items() if env.get(var, "") != ""})
     settings.update({k: v for k, v in flags.items() if v is not None and k in _ENV})
     elections = _elections(flags, env, toml, settings)
+    backend, state_dir = _backend(settings, env)
     return Config(
         node_id=_node_id(settings, env),
         address=str(settings.get("address", "")),
-        backend=str(settings.get("backend") or default_backend(env)),
-        state_dir=None if settings.get("backend") else str(default_state_dir(env)),
+        backend=backend,
+        state_dir=state_dir,
         socket=str(settings.get("socket") or default_socket(env)),
         socket_mode=_mode(settings.get("socket_mode", "0660")),
         listen=_listen(settings.get("listen")),
@@ -144,8 +145,23 @@ def default_socket(env: Mapping[str, str]) -> str:
     return f"/tmp/leaderd-{os.geteuid()}/{SOCKET_NAME}"
 
 
+def _backend(settings: Mapping[str, Any], env: Mapping[str, str]) -> tuple[str, str | None]:
+    """The backend URL, and the state directory the daemon must create for it (if any).
+    A bare ``static://`` keeps its terms in the state directory, so they survive restarts."""
+    url = str(settings.get("backend") or "")
+    if not url:
+        return default_backend(env), str(default_state_dir(env))
+    if url.rstrip("/").lower() in ("static:", "static:/"):
+        state_dir = default_state_dir(env)
+        return f"static://{state_dir / STATIC_TERM_FILE}", str(state_dir)
+    return url, None
+
+
 def default_backend(env: Mapping[str, str]) -> str:
     return f"sqlite://{default_state_dir(env) / 'leaderd.db'}"
+
+
+STATIC_TERM_FILE = "static-terms.json"
 
 
 def default_state_dir(env: Mapping[str, str]) -> Path:

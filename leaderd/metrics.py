@@ -24,7 +24,7 @@ from prometheus_client import (
     Info,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from . import __version__
@@ -124,10 +124,12 @@ class ElectionCollector(Collector):
             families[1].add_metric([name], float(status.term))
             families[2].add_metric([name], max(0.0, status.valid_for or 0.0))
             families[3].add_metric([name], float(election.watchers))
+            families[4].add_metric([name], float(election.duplicates_seen))
+            families[5].add_metric([name], float(election.terms_refused))
         yield from families
 
     @staticmethod
-    def _families() -> tuple[GaugeMetricFamily, ...]:
+    def _families() -> tuple[GaugeMetricFamily | CounterMetricFamily, ...]:
         labels = ["election"]
         return (
             GaugeMetricFamily(
@@ -144,6 +146,16 @@ class ElectionCollector(Collector):
             GaugeMetricFamily(
                 "leaderd_watchers",
                 "Clients waiting on /watch (long polls and streams).",
+                labels=labels,
+            ),
+            CounterMetricFamily(
+                "leaderd_duplicate_node_id",
+                "Other processes seen holding the lease under this daemon's node id.",
+                labels=labels,
+            ),
+            CounterMetricFamily(
+                "leaderd_terms_refused",
+                "Acquisitions refused: the backend granted a term at or below one already seen.",
                 labels=labels,
             ),
         )
@@ -187,9 +199,19 @@ class MeteredBackend(Backend):
         return await self._timed("observe", self.inner.observe(election))
 
     async def acquire_or_renew(
-        self, election: str, candidate: Candidate, ttl: float, timeout: float, wait: float = 0.0
+        self,
+        election: str,
+        candidate: Candidate,
+        ttl: float,
+        timeout: float,
+        wait: float = 0.0,
+        *,
+        takeover: str = "",
+        min_term: int = 0,
     ) -> Lease:
-        request = self.inner.acquire_or_renew(election, candidate, ttl, timeout, wait)
+        request = self.inner.acquire_or_renew(
+            election, candidate, ttl, timeout, wait, takeover=takeover, min_term=min_term
+        )
         return await self._timed("acquire_or_renew", request)
 
     async def release(self, election: str, candidate: Candidate, term: int) -> None:

@@ -8,9 +8,16 @@ Contract shared by every backend (the contract test suite checks it):
 
 * At most one holder per election at any instant, as judged by the backend's own
   clock (the PostgreSQL server's ``now()``, the host's clock for SQLite).
+* A holder is a node id *and* an instance token (one per process): a lease held by
+  the same node id under another instance belongs to someone else (DESIGN §1.9).
+* A lease that was not released is taken over only when the backend judges it expired
+  *and* the engine names the exact ``version`` it has watched stay unchanged for one
+  ttl on its own clock (``takeover``): a step of the backend's clock alone cannot cut
+  a live holder's lease short (DESIGN §1.3).
 * ``term`` strictly increases on every acquisition (a new holder, or the same
-  holder again after its lease expired or was released); a renewal keeps it.
-  Terms are stored, so they survive release and restarts, and never decrease.
+  holder again after its lease expired or was released), and is at least the
+  ``min_term`` the engine asks for (its high-water mark + 1); a renewal keeps it.
+  Terms are stored durably, so they survive release and restarts, and never decrease.
 * Release expires the row in place: the holder is cleared, the term is kept.
 * Driver exceptions never escape: they are translated into ``BackendError``.
 """
@@ -19,8 +26,9 @@ from __future__ import annotations
 
 import abc
 import datetime as dt
+import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 
@@ -39,12 +47,20 @@ class BackendFatal(BackendError):
     """Retrying cannot help: bad URL, corrupt file, permission denied, wrong schema."""
 
 
+def new_instance() -> str:
+    """A token that names one daemon process: 16 hex digits, never reused."""
+    return secrets.token_hex(8)
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """The node asking for a lease, as other nodes will see it."""
 
     node_id: str
     address: str = ""
+    # One per process: a restarted daemon, or a second daemon with the same node id, is
+    # another holder (DESIGN §1.9).
+    instance: str = field(default_factory=new_instance)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +76,36 @@ class Lease:
     term: int
     # When the current holder's term began, on the backend's clock; None when free.
     acquired_at: dt.datetime | None
-    # Seconds until the lease expires, judged by the backend's clock; None when free
-    # or when the backend has no expiry (advisory lock held by a live session, static).
+    # Seconds until the lease expires, judged by the backend's clock: 0 once it has
+    # expired (the holder is still named: it never released); None when free or when the
+    # backend has no expiry (advisory lock held by a live session, static).
     expires_in: float | None
+    # The holder's instance token; "" when free or unknown.
+    instance: str = ""
+    # Changes with every write by the holder (renewals too): the engine's proof that the
+    # holder is still alive. Opaque; "" when free.
+    version: str = ""
 
-    def held_by(self, node_id: str) -> bool:
-        return self.holder is not None and self.holder == node_id
+    def held_by(self, candidate: Candidate) -> bool:
+        """The lease is this very process's (node id and instance) and not expired."""
+        return (
+            self.holder == candidate.node_id
+            and self.instance == candidate.instance
+            and not self.expired
+        )
+
+    def held_by_twin(self, candidate: Candidate) -> bool:
+        """A live lease under this node id but another instance: a duplicate node id."""
+        return (
+            self.holder == candidate.node_id
+            and self.instance != candidate.instance
+            and not self.expired
+        )
+
+    @property
+    def expired(self) -> bool:
+        """The backend judged the holder's lease over (it never released it)."""
+        return self.holder is not None and self.expires_in is not None and self.expires_in <= 0
 
 
 class Backend(abc.ABC):
@@ -103,14 +143,30 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def acquire_or_renew(
-        self, election: str, candidate: Candidate, ttl: float, timeout: float, wait: float = 0.0
+        self,
+        election: str,
+        candidate: Candidate,
+        ttl: float,
+        timeout: float,
+        wait: float = 0.0,
+        *,
+        takeover: str = "",
+        min_term: int = 0,
     ) -> Lease:
         """Atomically take or extend the lease for ``candidate``, and return it.
 
-        If the lease is free, expired, or already held by ``candidate``, the candidate
-        holds it for ``ttl`` seconds from the backend's now (a renewal keeps the term,
-        an acquisition takes ``term + 1``). Otherwise nothing changes and the current
-        holder is returned. The caller holds the lease iff ``result.held_by(node_id)``.
+        The candidate holds the lease for ``ttl`` seconds from the backend's now when:
+
+        1. it already holds it (same node id and instance): a renewal, the term is kept
+           (if the backend had expired it meanwhile, it is an acquisition);
+        2. the lease is free (never held, or released): an acquisition;
+        3. another holder's lease is expired by the backend's clock *and* its current
+           ``version`` equals ``takeover`` (what the engine watched for one ttl): an
+           acquisition. With ``takeover=""`` an unreleased lease is never taken.
+
+        An acquisition takes ``max(term + 1, min_term)`` and must be durable before the
+        answer is sent. Otherwise nothing changes and the current holder is returned.
+        The caller holds the lease iff ``result.held_by(candidate)``.
 
         Must give up after ``timeout`` seconds (raise BackendUnavailable): the engine
         sends it with what is left before its deadline. A backend that can wait for a
@@ -120,7 +176,8 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def release(self, election: str, candidate: Candidate, term: int) -> None:
-        """Expire the lease in place if ``candidate`` holds it with ``term``; else no-op.
+        """Expire the lease in place if ``candidate`` (node id and instance) holds it with
+        ``term``, even if the backend already judged it expired; else no-op.
 
         The term is kept. Wake the other nodes' ``wait_for_change`` (NOTIFY, ...),
         so a standby takes over at once instead of after its polling period.

@@ -43,6 +43,9 @@ LONG_TTL = 60.0
 EXPIRY = "expiry"  # a holder's lease can lapse (store.expire)
 TTL = "ttl"  # expires_in reports the seconds left of the ttl
 DURABLE = "durable"  # terms survive closing every instance and opening a new one
+# An expired, unreleased lease still names its holder and is taken over only by naming its
+# version (DESIGN §1.3); backends whose expiry is a release (a session's end) lack it.
+TAKEOVER = "takeover"
 
 
 async def expire_by_ttl(store: Store, holder: Backend, election: str) -> Backend:
@@ -154,12 +157,24 @@ async def _sqlite(request: pytest.FixtureRequest) -> str:
     single_instance=True,
     lacks={
         EXPIRY: "static leases never expire",
-        DURABLE: "static keeps terms in memory: a static daemon is alone",
+        DURABLE: "static:// without a term file keeps terms in memory (tests/backends)",
         TTL: "static leases have no ttl",
+        TAKEOVER: "static leases never expire",
     },
 )
 async def _static(request: pytest.FixtureRequest) -> str:
     return "static://"
+
+
+@register(
+    "static-with-term-file",
+    single_instance=True,
+    lacks={EXPIRY: "static leases never expire", TTL: "static leases have no ttl",
+           TAKEOVER: "static leases never expire"},
+)  # fmt: skip
+async def _static_term_file(request: pytest.FixtureRequest) -> str:
+    tmp_path = request.getfixturevalue("tmp_path")
+    return f"static://{tmp_path}/static-terms.json"
 
 
 @register("postgresql", marks=(pytest.mark.postgres,))
@@ -175,6 +190,7 @@ def _advisory_url(request: pytest.FixtureRequest, **params: str) -> str:
 
 
 _NO_TTL = {TTL: "an advisory lock held by a live session has no expiry time"}
+_NO_TAKEOVER = {**_NO_TTL, TAKEOVER: "takeover=immediate: a session's end frees the lock"}
 
 
 @register("postgresql+advisory", expire=expire_by_closing_and_lapsing, lacks=_NO_TTL,
@@ -183,7 +199,7 @@ async def _postgresql_advisory(request: pytest.FixtureRequest) -> str:
     return _advisory_url(request)
 
 
-@register("postgresql+advisory-immediate", expire=expire_by_closing, lacks=_NO_TTL,
+@register("postgresql+advisory-immediate", expire=expire_by_closing, lacks=_NO_TAKEOVER,
           marks=(pytest.mark.postgres,))  # fmt: skip
 async def _postgresql_advisory_immediate(request: pytest.FixtureRequest) -> str:
     return _advisory_url(request, takeover="immediate")

@@ -11,23 +11,35 @@ import time
 
 from leaderd.backends import Backend, Candidate, Lease
 
-from .conftest import DURABLE, LONG_TTL, SHORT_TTL, TTL, Store
+from .conftest import DURABLE, LONG_TTL, SHORT_TTL, TAKEOVER, TTL, Store
 
 E = "default"
 A = Candidate("node-a", "10.0.0.1:8080")
 B = Candidate("node-b", "10.0.0.2:8080")
 C = Candidate("node-c", "10.0.0.3:8080")
+TWIN = Candidate("node-a", "10.0.0.9:8080")  # node-a's id in another process
 TIMEOUT = 10.0  # per request; generous for a loaded machine
 WAIT = 5.0  # wait_for_change timeout that a prompt wake-up must beat by far
 
 
-async def acquire(backend: Backend, candidate: Candidate, ttl: float = LONG_TTL) -> Lease:
-    return await backend.acquire_or_renew(E, candidate, ttl, timeout=TIMEOUT)
+async def acquire(
+    backend: Backend, candidate: Candidate, ttl: float = LONG_TTL, takeover: str = ""
+) -> Lease:
+    return await backend.acquire_or_renew(E, candidate, ttl, timeout=TIMEOUT, takeover=takeover)
+
+
+async def take_over(backend: Backend, candidate: Candidate) -> Lease:
+    """Acquire an expired lease as the engine does: naming the version it watched."""
+    seen = await backend.observe(E)
+    assert seen.holder is None or seen.expired, seen
+    lease = await acquire(backend, candidate, takeover=seen.version)
+    assert lease.held_by(candidate), lease
+    return lease
 
 
 async def held(backend: Backend, candidate: Candidate, ttl: float = LONG_TTL) -> Lease:
     lease = await acquire(backend, candidate, ttl)
-    assert lease.held_by(candidate.node_id), lease
+    assert lease.held_by(candidate), lease
     return lease
 
 
@@ -44,7 +56,7 @@ async def test_exactly_one_of_eight_concurrent_contenders_wins(store: Store) -> 
     results = await asyncio.gather(
         *(acquire(backend, c) for backend, c in zip(backends, candidates, strict=True))
     )
-    winners = [c for c, lease in zip(candidates, results, strict=True) if lease.held_by(c.node_id)]
+    winners = [c for c, lease in zip(candidates, results, strict=True) if lease.held_by(c)]
     assert len(winners) == 1, results
     winner = winners[0]
     assert {(r.holder, r.term) for r in results} == {(winner.node_id, before.term + 1)}
@@ -57,7 +69,7 @@ async def test_observe_returns_the_holder(store: Store) -> None:
     a, b = await store.new(), await store.new()
     mine = await held(a, A)
     seen = await b.observe(E)
-    assert seen.held_by(A.node_id) and not seen.held_by(B.node_id)
+    assert seen.held_by(A) and not seen.held_by(B)
     assert (seen.holder, seen.address, seen.term) == (A.node_id, A.address, mine.term)
     assert isinstance(seen.acquired_at, dt.datetime) and seen.acquired_at.tzinfo is not None
     assert abs(seen.acquired_at - dt.datetime.now(dt.UTC)) < dt.timedelta(seconds=30)
@@ -84,7 +96,7 @@ async def test_a_non_holder_cannot_renew_or_release(store: Store) -> None:
     a, b = await store.new(), await store.new()
     mine = await held(a, A)
     theirs = await acquire(b, B)
-    assert not theirs.held_by(B.node_id)
+    assert not theirs.held_by(B)
     assert (theirs.holder, theirs.term) == (A.node_id, mine.term)
     await b.release(E, B, mine.term)
     await a.release(E, A, mine.term + 1)  # the holder, but not with its term
@@ -114,15 +126,61 @@ async def test_expiry_lets_another_take_over_with_the_next_term(store: Store) ->
     mine = await held(a, A, ttl=SHORT_TTL)
     await store.expire(a, E)
     seen = await b.observe(E)
-    assert (seen.holder, seen.term) == (None, mine.term)
-    assert (await held(b, B)).term == mine.term + 1
+    assert seen.term == mine.term and not seen.held_by(A)
+    assert seen.holder is None or (seen.expired and seen.holder == A.node_id)
+    assert (await take_over(b, B)).term == mine.term + 1
 
 
 async def test_the_same_holder_gets_the_next_term_after_expiry(store: Store) -> None:
     a = await store.new()
     mine = await held(a, A, ttl=SHORT_TTL)
     a = await store.expire(a, E)
-    assert (await held(a, A)).term == mine.term + 1
+    assert (await take_over(a, A)).term == mine.term + 1
+
+
+async def test_an_expired_lease_is_taken_over_only_by_naming_its_version(store: Store) -> None:
+    store.require(TAKEOVER)
+    a, b = await store.new(), await store.new()
+    mine = await held(a, A, ttl=SHORT_TTL)
+    await store.expire(a, E)
+    seen = await b.observe(E)
+    assert seen.expired and seen.holder == A.node_id and seen.version
+    for version in ("", seen.version + "0", "stale"):
+        refused = await acquire(b, B, takeover=version)
+        assert not refused.held_by(B) and refused.term == mine.term, version
+    assert (await acquire(b, B, takeover=seen.version)).held_by(B)
+
+
+async def test_a_renewal_changes_the_version_so_a_watched_one_goes_stale(store: Store) -> None:
+    store.require(TAKEOVER)
+    a, b = await store.new(), await store.new()
+    await held(a, A, ttl=SHORT_TTL)
+    watched = (await b.observe(E)).version
+    renewed = await held(a, A, ttl=SHORT_TTL)
+    assert renewed.version != watched
+    await store.expire(a, E)
+    assert not (await acquire(b, B, takeover=watched)).held_by(B)
+
+
+async def test_the_same_node_id_in_another_process_is_another_holder(store: Store) -> None:
+    a, twin = await store.new(), await store.new()
+    mine = await held(a, A)
+    theirs = await acquire(twin, TWIN)
+    assert not theirs.held_by(TWIN) and theirs.held_by_twin(TWIN), theirs
+    assert (theirs.holder, theirs.instance, theirs.term) == (A.node_id, A.instance, mine.term)
+    await twin.release(E, TWIN, mine.term)  # not the holder: a no-op
+    assert (await a.observe(E)).held_by(A)
+    assert (await held(a, A)).term == mine.term
+
+
+async def test_an_acquisition_takes_at_least_min_term(store: Store) -> None:
+    a, b = await store.new(), await store.new()
+    mine = await held(a, A)
+    await a.release(E, A, mine.term)
+    lease = await b.acquire_or_renew(E, B, LONG_TTL, TIMEOUT, min_term=mine.term + 10)
+    assert lease.held_by(B) and lease.term == mine.term + 10
+    renewed = await b.acquire_or_renew(E, B, LONG_TTL, TIMEOUT, min_term=mine.term + 20)
+    assert renewed.term == mine.term + 10  # a renewal keeps its term
 
 
 async def test_terms_survive_release_and_restart(store: Store) -> None:
@@ -153,7 +211,7 @@ async def test_elections_are_independent(store: Store) -> None:
     a, b = await store.new(), await store.new()
     await held(a, A)
     other = await b.acquire_or_renew("other", B, LONG_TTL, timeout=TIMEOUT)
-    assert other.held_by(B.node_id) and other.election == "other"
+    assert other.held_by(B) and other.election == "other"
 
 
 async def wait_in_background(backend: Backend, timeout: float) -> asyncio.Task[float]:

@@ -11,38 +11,38 @@ import asyncio
 import contextlib
 import datetime as dt
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from leaderd.backends.base import Backend, BackendUnavailable, Candidate, Lease
+from leaderd.clock import boottime
 
 EPOCH = dt.datetime(2026, 11, 21, 10, 0, tzinfo=dt.UTC)
 
 
 class FakeClock:
-    """monotonic() moves only when a test calls advance(); wall() is EPOCH plus it."""
+    """now() moves only when a test calls advance(); wall() is EPOCH plus it."""
 
     def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
+        self.t = start
         self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
 
-    def monotonic(self) -> float:
-        return self.now
+    def now(self) -> float:
+        return self.t
 
     def wall(self) -> dt.datetime:
-        return EPOCH + dt.timedelta(seconds=self.now)
+        return EPOCH + dt.timedelta(seconds=self.t)
 
     def advance(self, seconds: float) -> None:
-        self.now += seconds
-        due = [f for t, f in self._sleepers if t <= self.now]
-        self._sleepers = [(t, f) for t, f in self._sleepers if t > self.now]
+        self.t += seconds
+        due = [f for t, f in self._sleepers if t <= self.t]
+        self._sleepers = [(t, f) for t, f in self._sleepers if t > self.t]
         for future in due:
             if not future.done():
                 future.set_result(None)
 
     async def sleep_until(self, when: float) -> None:
-        if when <= self.now:
+        if when <= self.t:
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._sleepers.append((when, future))
@@ -56,8 +56,8 @@ class RealClock:
     def __init__(self) -> None:
         self.offset = 0.0
 
-    def monotonic(self) -> float:
-        return time.monotonic() + self.offset
+    def now(self) -> float:
+        return boottime() + self.offset
 
     def wall(self) -> dt.datetime:
         return dt.datetime.now(dt.UTC) + dt.timedelta(seconds=self.offset)
@@ -66,7 +66,7 @@ class RealClock:
         self.offset += seconds
 
     async def sleep_until(self, when: float) -> None:
-        await asyncio.sleep(max(0.0, when - self.monotonic()))
+        await asyncio.sleep(max(0.0, when - self.now()))
 
 
 Clock = FakeClock | RealClock
@@ -75,10 +75,12 @@ Clock = FakeClock | RealClock
 @dataclass
 class Row:
     holder: str | None = None
+    instance: str = ""
     address: str = ""
     term: int = 0
     acquired_at: dt.datetime | None = None
     expires_at: float = 0.0
+    version: int = 0
 
 
 class LeaseStore:
@@ -91,30 +93,51 @@ class LeaseStore:
 
     def lease(self, election: str) -> Lease:
         row = self.rows.setdefault(election, Row())
-        now = self.clock.monotonic()
-        if row.holder is not None and now >= row.expires_at:
-            row.holder, row.address, row.acquired_at = None, "", None
-        expires_in = row.expires_at - now if row.holder is not None else None
-        return Lease(election, row.holder, row.address, row.term, row.acquired_at, expires_in)
+        if row.holder is None:
+            return Lease(election, None, "", row.term, None, None)
+        expires_in = max(0.0, row.expires_at - self.clock.now())
+        return Lease(
+            election,
+            row.holder,
+            row.address,
+            row.term,
+            row.acquired_at,
+            expires_in,
+            instance=row.instance,
+            version=str(row.version),
+        )
 
-    def take(self, election: str, candidate: Candidate, ttl: float) -> Lease:
-        """Acquire or renew for ``candidate`` if free or its own; else change nothing."""
-        lease = self.lease(election)
+    def take(
+        self,
+        election: str,
+        candidate: Candidate,
+        ttl: float,
+        takeover: str = "",
+        min_term: int = 0,
+    ) -> Lease:
+        """The backend contract (base.py): renew, take a free lease, or take over an
+        expired one whose version the caller names; else change nothing."""
+        self.lease(election)
         row = self.rows[election]
-        if lease.holder is None:
-            row.holder, row.address = candidate.node_id, candidate.address
-            row.term += 1
-            row.acquired_at = self.clock.wall()
+        now = self.clock.now()
+        mine = row.holder == candidate.node_id and row.instance == candidate.instance
+        expired = row.holder is not None and now >= row.expires_at
+        if mine and not expired:
+            row.expires_at, row.version = now + ttl, row.version + 1
+        elif row.holder is None or mine or (expired and takeover == str(row.version)):
+            row.holder, row.instance = candidate.node_id, candidate.instance
+            row.address, row.term = candidate.address, max(row.term + 1, min_term)
+            row.acquired_at, row.expires_at = self.clock.wall(), now + ttl
+            row.version += 1
             self._wake()
-        if row.holder == candidate.node_id:
-            row.expires_at = self.clock.monotonic() + ttl
         return self.lease(election)
 
-    def release(self, election: str, node_id: str, term: int) -> None:
-        lease = self.lease(election)
-        if lease.held_by(node_id) and lease.term == term:
-            row = self.rows[election]
-            row.holder, row.address, row.acquired_at = None, "", None
+    def release(self, election: str, candidate: Candidate, term: int) -> None:
+        row = self.rows.setdefault(election, Row())
+        mine = row.holder == candidate.node_id and row.instance == candidate.instance
+        if mine and row.term == term:
+            row.holder, row.instance, row.address, row.acquired_at = None, "", "", None
+            row.version += 1
             self._wake()
 
     def _wake(self) -> None:
@@ -142,6 +165,8 @@ class Script:
     answer_at: float | None = None
     # The backend grants this many seconds instead of the ttl asked for.
     grant: float | None = None
+    # The next acquisition is answered with this term (a backend that lost writes).
+    answer_term: int | None = None
     # wait_for_change raises at once / returns at once, every time.
     broken_wait: bool = False
     spurious_wait: bool = False
@@ -154,6 +179,8 @@ class RecordingBackend(Backend):
     store: LeaseStore
     calls: list[Call] = field(default_factory=list)
     script: Script = field(default_factory=Script)
+    # The takeover argument of every acquire_or_renew, in order.
+    takeovers: list[str] = field(default_factory=list)
     kind = "fake"
 
     @classmethod
@@ -173,14 +200,26 @@ class RecordingBackend(Backend):
         return self.store.lease(election)
 
     async def acquire_or_renew(
-        self, election: str, candidate: Candidate, ttl: float, timeout: float, wait: float = 0.0
+        self,
+        election: str,
+        candidate: Candidate,
+        ttl: float,
+        timeout: float,
+        wait: float = 0.0,
+        *,
+        takeover: str = "",
+        min_term: int = 0,
     ) -> Lease:
         self._enter("acquire_or_renew", election, candidate.node_id, ttl, timeout)
+        self.takeovers.append(takeover)
         await self._hang(timeout)
         if self.script.lose_to is not None:
             rival, self.script.lose_to = self.script.lose_to, None
-            self.store.take(election, rival, ttl)
-        lease = self.store.take(election, candidate, self.script.grant or ttl)
+            self.store.take(election, rival, ttl, self.store.lease(election).version)
+        lease = self.store.take(election, candidate, self.script.grant or ttl, takeover, min_term)
+        if self.script.answer_term is not None and lease.held_by(candidate):
+            self.store.rows[election].term, self.script.answer_term = self.script.answer_term, None
+            lease = self.store.lease(election)
         if self.script.lose_answer:
             self.script.lose_answer = False
             raise BackendUnavailable("acquire_or_renew: connection reset (scripted)")
@@ -192,7 +231,7 @@ class RecordingBackend(Backend):
     async def release(self, election: str, candidate: Candidate, term: int) -> None:
         self._enter("release", election, candidate.node_id, term)
         await self._hang(None)
-        self.store.release(election, candidate.node_id, term)
+        self.store.release(election, candidate, term)
 
     async def wait_for_change(self, election: str, timeout: float) -> None:
         self._record("wait_for_change", (election, timeout))
@@ -234,10 +273,10 @@ class RecordingBackend(Backend):
         if self.script.hang_until is None:
             return
         until, self.script.hang_until = self.script.hang_until, None
-        give_up = math.inf if timeout is None else self.store.clock.monotonic() + timeout
+        give_up = math.inf if timeout is None else self.store.clock.now() + timeout
         await self.store.clock.sleep_until(min(until, give_up))
         if give_up <= until:
             raise BackendUnavailable(f"request timed out after {timeout:g}s (scripted)")
 
     def _record(self, method: str, args: tuple[object, ...]) -> None:
-        self.calls.append(Call(method, args, self.store.clock.monotonic()))
+        self.calls.append(Call(method, args, self.store.clock.now()))

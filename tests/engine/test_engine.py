@@ -86,12 +86,92 @@ class Fail:
 
 @dataclass
 class Rival:
-    """Another node (not run by an engine) takes or renews the lease directly."""
+    """Another node (not run by an engine) takes or renews the lease directly; it has
+    watched the current lease for a ttl, so it may take it over once expired."""
 
     holder: Candidate = B
 
     async def __call__(self, w: World) -> None:
-        w.store.take("default", self.holder, TIMING.ttl)
+        version = w.store.lease("default").version
+        w.store.take("default", self.holder, TIMING.ttl, takeover=version)
+
+
+TWIN = Candidate("node-a", "10.0.0.9:8080")  # the same node id, another process
+
+
+@dataclass
+class RivalReleases:
+    holder: Candidate = B
+
+    async def __call__(self, w: World) -> None:
+        w.store.release("default", self.holder, w.store.lease("default").term)
+
+
+@dataclass
+class StepBackendClock:
+    """The backend's clock jumps forward: every lease it holds is expired at once."""
+
+    async def __call__(self, w: World) -> None:
+        for row in w.store.rows.values():
+            row.expires_at = min(row.expires_at, w.clock.now())
+
+
+@dataclass
+class LoseTerms:
+    term: int
+
+    async def __call__(self, w: World) -> None:
+        w.store.rows["default"].term = self.term
+
+
+@dataclass
+class AnswerTerm:
+    """The next acquisition is answered with this term, whatever min_term said."""
+
+    term: int
+    node: str = "node-a"
+
+    async def __call__(self, w: World) -> None:
+        w.backend(self.node).script.answer_term = self.term
+
+
+@dataclass
+class Holder:
+    """Who the backend's row names, expired or not."""
+
+    node_id: str | None
+
+    async def __call__(self, w: World) -> None:
+        assert w.store.rows["default"].holder == self.node_id
+
+
+@dataclass
+class Takeovers:
+    """The takeover argument of each acquire the node sent so far."""
+
+    versions: list[str]
+    node: str = "node-a"
+
+    async def __call__(self, w: World) -> None:
+        assert w.backend(self.node).takeovers == self.versions
+
+
+@dataclass
+class Duplicates:
+    count: int
+    node: str = "node-a"
+
+    async def __call__(self, w: World) -> None:
+        assert w.election(self.node).duplicates_seen == self.count
+
+
+@dataclass
+class Refused:
+    count: int
+    node: str = "node-a"
+
+    async def __call__(self, w: World) -> None:
+        assert w.election(self.node).terms_refused == self.count
 
 
 @dataclass
@@ -296,7 +376,7 @@ CASES: dict[str, list[Step]] = {
         Advance(5),
         Round(),
         Expect(FOLLOWER, "node-b", term=1),
-        Delay(5),
+        Delay(TIMING.retry_interval),
         Advance(10 - 1e-6),
         Expect(FOLLOWER, "node-b", term=1, revision=2),
         Advance(1e-6),
@@ -319,14 +399,94 @@ CASES: dict[str, list[Step]] = {
         Advance(1e-6),
         Expect(UNKNOWN, None),
     ],
-    "follower polls when the lease can expire, at most every renew_interval": [
+    "follower watches a holder every retry_interval, to see each renewal": [
         Rival(),
         Advance(12),
         Round(),
-        Delay(3),
+        Delay(TIMING.retry_interval),
         Rival(),
         Round(),
+        Delay(TIMING.retry_interval),
+    ],
+    "follower of a free lease polls every renew_interval (a change wakes it sooner)": [
+        Round(),
+        Resign(0),
+        Round(),
+        Round(),
         Delay(TIMING.renew_interval),
+    ],
+    "a dead holder is taken over one ttl after its last renewal was first seen": [
+        Rival(),
+        Round(),
+        Advance(13.9),
+        Round(),
+        Expect(FOLLOWER, "node-b", term=1),
+        Advance(1.1),  # the backend's expiry (15 s) and our own ttl (15 s) have both passed
+        Round(),
+        Expect(LEADER, "node-a", term=2),
+        Takeovers(["", "", "1"]),
+    ],
+    "a backend clock step forward does not cut a live lease short (DESIGN §1.3)": [
+        Rival(),
+        Round(),
+        Advance(1),
+        StepBackendClock(),
+        Round(),
+        Expect(FOLLOWER, None, term=1),  # the backend says expired ...
+        Advance(1),
+        Round(),
+        Expect(FOLLOWER, None, term=1),  # ... but we saw that lease only 2 s ago
+        Holder("node-b"),
+        Takeovers(["", "", ""]),
+    ],
+    "a fresh standby waits one ttl before taking over an unreleased lease": [
+        Rival(),
+        Advance(14),
+        Round(),
+        Advance(2),
+        Round(),
+        Expect(FOLLOWER, None, term=1),
+        Holder("node-b"),
+        Advance(13),
+        Round(),
+        Expect(LEADER, "node-a", term=2),
+    ],
+    "a released lease is taken at once": [
+        Rival(),
+        Round(),
+        RivalReleases(),
+        Round(),
+        Expect(LEADER, "node-a", term=2),
+    ],
+    "a duplicate node id is another holder: wait, then a new term (DESIGN §1.9)": [
+        Rival(TWIN),
+        Round(),
+        Expect(FOLLOWER, "node-a", term=1),
+        Duplicates(1),
+        Advance(TIMING.ttl),
+        Round(),
+        Expect(LEADER, "node-a", term=2),
+        Duplicates(1),
+    ],
+    "an acquisition is at least the high-water mark + 1": [
+        Rival(),
+        Round(),
+        RivalReleases(),
+        LoseTerms(0),  # the backend forgets every term (a restored backup)
+        Round(),
+        Expect(LEADER, "node-a", term=2),
+    ],
+    "a granted term at or below the high-water mark is refused, then released (DESIGN §1.4)": [
+        Rival(),
+        Round(),
+        RivalReleases(),
+        AnswerTerm(1),  # a backend that lost acknowledged writes grants term 1 again
+        Round(),
+        Expect(FOLLOWER, None),
+        Refused(1),
+        Round(),  # releases the doubtful term, then campaigns again at once
+        Round(),
+        Expect(LEADER, "node-a", term=2),
     ],
     "a lost contact is not a lost lease: the leader renews on": [
         Round(),
@@ -389,12 +549,11 @@ async def test_two_nodes_table(steps: list[Step]) -> None:
         assert len(leaders) <= 1
 
 
-@pytest.mark.parametrize(("jitter", "delay"), [(0.0, 3.0), (0.5, 3.3), (1.0, 3.6)])
-async def test_follower_poll_jitter_is_bounded(jitter: float, delay: float) -> None:
+@pytest.mark.parametrize(("jitter", "delay"), [(0.0, 2.0), (0.5, 2.2), (1.0, 2.4)])
+async def test_retry_jitter_is_bounded(jitter: float, delay: float) -> None:
     world = World()
     world.add(A, jitter=jitter)
-    await Rival()(world)
-    world.clock.advance(12)
+    world.backend("node-a").fail_next(1)
     assert await world.election("node-a").round() == pytest.approx(delay)
 
 
@@ -446,12 +605,12 @@ async def test_renew_sent_before_a_pause_does_not_make_it_leader() -> None:
     election = world.add(A)
     await election.round()
     world.clock.advance(5)
-    world.backend("node-a").script.answer_at = world.clock.now + TIMING.ttl
+    world.backend("node-a").script.answer_at = world.clock.now() + TIMING.ttl
     renew = asyncio.create_task(election.round())
     await settle()  # served before the pause...
     world.clock.advance(TIMING.ttl)  # ...but its answer is read after it
     await renew
-    assert world.store.lease("default").holder is None
+    assert world.store.lease("default").expired
     assert election.status().role is UNKNOWN
     assert election.lease_left() is None
 
@@ -461,7 +620,7 @@ async def test_deadline_passes_while_the_renew_is_in_flight() -> None:
     election = world.add(A)
     await election.round()
     world.clock.advance(5)
-    world.backend("node-a").hang_next(world.clock.now + 60)
+    world.backend("node-a").hang_next(world.clock.now() + 60)
     renew = asyncio.create_task(election.round())
     await settle()
     world.clock.advance(WINDOW - 5)
@@ -477,7 +636,7 @@ async def test_resign_while_a_renew_is_in_flight(cooldown: float) -> None:
     election = world.add(A)
     await election.round()
     world.clock.advance(5)
-    world.backend("node-a").hang_next(world.clock.now + 1)
+    world.backend("node-a").hang_next(world.clock.now() + 1)
     renew = asyncio.create_task(election.round())
     await settle()
     election.resign(cooldown)
@@ -495,7 +654,7 @@ async def test_resign_while_a_renew_is_in_flight(cooldown: float) -> None:
 async def test_resign_while_an_acquire_is_in_flight(cooldown: float) -> None:
     world = World()
     election = world.add(A)
-    world.backend("node-a").hang_next(world.clock.now + 1)
+    world.backend("node-a").hang_next(world.clock.now() + 1)
     acquire = asyncio.create_task(election.round())
     await settle()
     election.resign(cooldown)
@@ -655,7 +814,7 @@ async def test_stop_publishes_at_once_then_hook_then_release_with_the_held_term(
 
     async def hook(name: str) -> None:
         assert not election.status().is_leader
-        assert store.lease(name).held_by("node-a")  # not yet released
+        assert store.lease(name).held_by(A)  # not yet released
         order.append("hook")
 
     election.step_down_hook = hook
@@ -736,7 +895,7 @@ async def test_stop_abandons_a_slow_renew_and_still_releases() -> None:
     election = Election("default", A, slow, backend, clock=RealClock(), jitter=lambda: 0.0)
     task = asyncio.create_task(election.run())
     await until(lambda: election.status().is_leader)
-    backend.hang_next(store.clock.monotonic() + 60)
+    backend.hang_next(store.clock.now() + 60)
     renewals = len(backend.methods("acquire_or_renew"))
     await until(lambda: len(backend.methods("acquire_or_renew")) > renewals)
     election.stop()
@@ -771,7 +930,7 @@ async def test_a_release_that_times_out_is_logged_in_words(
     task = asyncio.create_task(election.run())
     await until(lambda: election.status().is_leader)
     election.stop()
-    backend.hang_next(store.clock.monotonic() + 60)  # the release hangs
+    backend.hang_next(store.clock.now() + 60)  # the release hangs
     await task
     assert (
         "could not release election default, term 1: request timed out; "
@@ -786,19 +945,29 @@ class StuckBackend(RecordingBackend):
     stuck = False
 
     async def acquire_or_renew(
-        self, election: str, candidate: Candidate, ttl: float, timeout: float, wait: float = 0.0
+        self,
+        election: str,
+        candidate: Candidate,
+        ttl: float,
+        timeout: float,
+        wait: float = 0.0,
+        *,
+        takeover: str = "",
+        min_term: int = 0,
     ) -> Lease:
         if self.stuck:
             self._record("acquire_or_renew", (election, candidate.node_id, ttl, timeout))
             await asyncio.Event().wait()
-        return await super().acquire_or_renew(election, candidate, ttl, timeout, wait)
+        return await super().acquire_or_renew(
+            election, candidate, ttl, timeout, wait, takeover=takeover, min_term=min_term
+        )
 
 
 async def test_watchers_hear_a_follower_fail_closed_while_its_request_is_in_flight() -> None:
     store = LeaseStore(RealClock())
     store.take("default", B, 60)
     backend = StuckBackend(store)
-    timing = Timing(ttl=0.25, renew_interval=0.1, retry_interval=0.05, safety_margin=0.01)
+    timing = Timing(ttl=0.25, renew_interval=0.1, retry_interval=0.1, safety_margin=0.01)
     election = Election("default", A, timing, backend, clock=RealClock(), jitter=lambda: 0.0)
     heard: list[tuple[Role, str | None]] = []
     election.add_listener(lambda status: heard.append((status.role, election.last_error)))
