@@ -21,7 +21,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
-from .backends.base import Backend, BackendError, Candidate, Lease
+from .backends.base import Backend, BackendError, Candidate, Lease, LeaseLost
 from .clock import Clock, SystemClock
 from .status import ElectionStatus, LeaderInfo, Role
 from .timing import Timing
@@ -344,6 +344,8 @@ class Election:
         repeated = reason == self.last_error
         self.last_error = reason
         self.ready = True  # "unknown" is an answer: readiness never waits for the backend
+        if isinstance(exc, LeaseLost) and self._held_term is not None:
+            self._held_term, self._why = None, reason  # gone for good: no wait for the deadline
         now = self._clock.now()
         level = logging.DEBUG if repeated else logging.WARNING
         if self._held_term is not None and now < self._deadline:

@@ -47,6 +47,11 @@ class BackendFatal(BackendError):
     """Retrying cannot help: bad URL, corrupt file, permission denied, wrong schema."""
 
 
+class LeaseLost(BackendFatal):
+    """Whatever this node held is gone for good (its lease file was deleted or replaced):
+    the engine steps down at once instead of waiting for its deadline."""
+
+
 def new_instance() -> str:
     """A token that names one daemon process: 16 hex digits, never reused."""
     return secrets.token_hex(8)

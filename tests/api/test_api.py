@@ -264,8 +264,8 @@ class StepClock(SystemClock):
     def __init__(self) -> None:
         self.offset = 0.0
 
-    def monotonic(self) -> float:
-        return super().monotonic() + self.offset
+    def now(self) -> float:
+        return super().now() + self.offset
 
 
 async def test_health_200_then_503_when_the_loop_stalls(aiohttp_client: Any) -> None:

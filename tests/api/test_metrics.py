@@ -154,7 +154,7 @@ async def test_metered_backend_counts_errors_and_passes_through() -> None:
     candidate = Candidate("node-a")
     lease = await backend.acquire_or_renew("default", candidate, ttl=3, timeout=1)
     assert lease == await inner.observe("default")
-    assert lease.held_by("node-a") and lease.term == 1
+    assert lease.held_by(candidate) and lease.term == 1
     await backend.wait_for_change("default", 0.01)
     await backend.release("default", candidate, 1)
     assert (await backend.observe("default")).holder is None

@@ -15,8 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from leaderd.backends import BackendFatal, BackendUnavailable, Candidate, backend_from_url
-from leaderd.backends import sqlite as sqlite_backend
+from leaderd.backends import (
+    BackendFatal,
+    BackendUnavailable,
+    Candidate,
+    backend_from_url,
+    sqlite_wake,
+)
 from leaderd.backends.sqlite import SQLiteBackend
 
 from .conftest import ELECTIONS, LONG_TTL, SHORT_TTL
@@ -28,13 +33,15 @@ REPO = Path(__file__).resolve().parents[2]
 COLUMNS = [
     "election",
     "holder",
+    "instance",
     "address",
     "term",
     "acquired_at",
     "renewed_at",
     "expires_at",
     "boot_id",
-    "expires_mono",
+    "expires_boottime",
+    "version",
 ]
 
 
@@ -190,15 +197,19 @@ async def test_an_unwritable_file_is_fatal(db: Path, opened: Opener) -> None:
     assert "readonly" in answer, answer
 
 
-async def test_a_lease_from_a_previous_boot_counts_as_expired(db: Path, opened: Opener) -> None:
+async def test_a_lease_from_another_boot_is_expired_but_never_free(
+    db: Path, opened: Opener
+) -> None:
     a, b = await opened(db), await opened(db)
     mine = await a.acquire_or_renew(E, A, LONG_TTL, timeout=5)
-    with sqlite3.connect(db) as conn:  # as if the host rebooted since
-        conn.execute("UPDATE leaderd_lease SET boot_id = 'previous-boot', expires_mono = 1e12")
+    with sqlite3.connect(db) as conn:  # as if the host rebooted since (or another kernel)
+        conn.execute("UPDATE leaderd_lease SET boot_id = 'previous-boot', expires_boottime = 1e12")
     seen = await b.observe(E)
-    assert (seen.holder, seen.term) == (None, mine.term)
+    assert (seen.holder, seen.term, seen.expired) == (A.node_id, mine.term, True)
+    refused = await b.acquire_or_renew(E, B, LONG_TTL, timeout=5)
+    assert not refused.held_by(B)  # not "instantly expired": the engine must watch it first
     again = await a.acquire_or_renew(E, A, LONG_TTL, timeout=5)
-    assert again.held_by(A.node_id) and again.term == mine.term + 1  # a new term, not a renewal
+    assert again.held_by(A) and again.term == mine.term + 1  # a new term, not a renewal
 
 
 async def test_a_locked_file_makes_requests_give_up_in_time_and_recover(
@@ -216,7 +227,7 @@ async def test_a_locked_file_makes_requests_give_up_in_time_and_recover(
     locker.execute("BEGIN IMMEDIATE")  # the backend does not keep a transaction open
     locker.execute("ROLLBACK")
     lease = await backend.acquire_or_renew(E, A, LONG_TTL, timeout=5)
-    assert lease.held_by(A.node_id)
+    assert lease.held_by(A)
     await backend.close()
 
 
@@ -234,9 +245,9 @@ async def test_a_release_in_another_process_wakes_a_waiter_promptly(
     db: Path, inotify: bool, monkeypatch: pytest.MonkeyPatch, opened: Opener
 ) -> None:
     if inotify:  # the slow safety-net poll alone would be too late: only inotify can pass
-        monkeypatch.setattr(sqlite_backend, "_IDLE_POLL_INTERVAL", 30.0)
+        monkeypatch.setattr(sqlite_wake, "_IDLE_POLL_INTERVAL", 30.0)
     else:  # as where inotify is unavailable: data_version polled every few ms
-        monkeypatch.setattr(sqlite_backend, "_watch_writes", lambda directory, written: None)
+        monkeypatch.setattr(sqlite_wake, "_watch_writes", lambda directory, written: None)
     waiter = await opened(db)
     holder = await asyncio.create_subprocess_exec(
         *(sys.executable, "-c", HOLDER, f"sqlite://{db}"),
@@ -263,11 +274,12 @@ from leaderd.backends import Candidate, backend_from_url
 async def main(url):
     backend = backend_from_url(url)
     await backend.open(["default"])
-    lease = await backend.acquire_or_renew("default", Candidate("holder"), 60.0, timeout=5)
+    me = Candidate("holder")  # one process: one instance
+    lease = await backend.acquire_or_renew("default", me, 60.0, timeout=5)
     print(lease.term, flush=True)
     sys.stdin.readline()
     released = time.monotonic()
-    await backend.release("default", Candidate("holder"), lease.term)
+    await backend.release("default", me, lease.term)
     print(released, flush=True)
     await backend.close()
 asyncio.run(main(sys.argv[1]))
@@ -281,7 +293,7 @@ async def test_renewals_do_not_wake_waiters(db: Path, opened: Opener) -> None:
     waiter = asyncio.create_task(b.wait_for_change(E, 0.8))
     for _ in range(10):
         await asyncio.sleep(0.05)
-        assert (await a.acquire_or_renew(E, A, LONG_TTL, timeout=5)).held_by(A.node_id)
+        assert (await a.acquire_or_renew(E, A, LONG_TTL, timeout=5)).held_by(A)
         assert not waiter.done()
     await waiter
 
@@ -305,11 +317,12 @@ async def main(url, node):
     print("ready", flush=True)
     sys.stdin.readline()  # every contender starts at once
     first = await backend.acquire_or_renew("default", me, 60.0, timeout=20)
-    held, end = [], time.monotonic() + 2.0
+    held, end, takeover = [], time.monotonic() + 2.0, ""
     while time.monotonic() < end:  # then churn on "other": short leases, some released
         sent = time.monotonic()
-        lease = await backend.acquire_or_renew("other", me, 0.1, timeout=2)
-        if lease.held_by(node):  # it leads from the answer until sent + ttl, or until release
+        lease = await backend.acquire_or_renew("other", me, 0.1, timeout=2, takeover=takeover)
+        takeover = lease.version if lease.expired else ""  # as the engine would, one ttl later
+        if lease.held_by(me):  # it leads from the answer until sent + ttl, or until release
             held.append([lease.term, time.monotonic(), sent + 0.1])
             if random.random() < 0.3:
                 for span in held:  # steps down first: ends every span of this term

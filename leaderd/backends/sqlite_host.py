@@ -1,0 +1,146 @@
+"""What keeps a SQLite lease file to one host (DESIGN §1.10): the guards the backend trusts.
+
+A SQLite lease judges expiry on this kernel's CLOCK_BOOTTIME, so every writer must share
+that kernel. Each guard turns a broken assumption into a refusal, never a second leader:
+
+* network and FUSE filesystems (NFS, CIFS, 9p, virtiofs, ...) are refused at start;
+* a row written under another kernel's boot id is never "instantly expired": it is taken
+  over only by the engine's one-ttl rule, and a row that keeps changing under another boot
+  id is a concurrent writer from another kernel, answered by failing closed;
+* the file's device and inode are checked on every request: a deleted or replaced file is
+  the loss of the lease (``LeaseLost``), not a fresh start;
+* every daemon holds a shared lock on the file's directory, so a daemon that must create
+  the file can tell whether others still run (on a file since deleted): then the new rows
+  name an unknown holder and the first acquisition waits one ttl, with terms that cannot
+  repeat the old file's.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import dataclass
+
+from .base import BackendFatal, LeaseLost
+
+BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
+MOUNTINFO = "/proc/self/mountinfo"
+# Filesystems whose locks or clocks span hosts (or a userspace daemon): never for a lease.
+SHARED_FILESYSTEMS = frozenset(
+    {
+        "nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "virtiofs", "ceph", "glusterfs",
+        "lustre", "gfs2", "ocfs2", "afs", "davfs", "sshfs", "nfsd",
+    }
+)  # fmt: skip
+ALTERNATIVES = "use postgresql://, postgresql+advisory:// or etcd:// for daemons on several hosts"
+
+
+def boot_id() -> str:
+    try:
+        with open(BOOT_ID_FILE) as f:
+            return f.read().strip()
+    except OSError as exc:
+        raise BackendFatal(f"cannot read the kernel boot id from {BOOT_ID_FILE}: {exc}") from exc
+
+
+def filesystem_type(path: str, mountinfo: str = MOUNTINFO) -> str:
+    """The type of the filesystem holding ``path`` (from the longest matching mount point)."""
+    target = os.path.realpath(path)
+    best, fstype = "", ""
+    with open(mountinfo, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            fields, _, rest = line.partition(" - ")
+            parts = fields.split()
+            if len(parts) < 5 or not rest:
+                continue
+            point = parts[4].replace("\\040", " ")
+            inside = target == point or target.startswith(point.rstrip("/") + "/")
+            if inside and len(point) >= len(best):
+                best, fstype = point, rest.split()[0]
+    return fstype
+
+
+def refuse_shared_filesystem(directory: str, mountinfo: str = MOUNTINFO) -> None:
+    fstype = filesystem_type(directory, mountinfo)
+    if fstype in SHARED_FILESYSTEMS or fstype.startswith("fuse"):
+        raise BackendFatal(
+            f"SQLite lease file directory {directory} is on a {fstype} filesystem: a SQLite "
+            f"lease file serves the daemons of one host on a local disk; {ALTERNATIVES}"
+        )
+
+
+class DirectoryLock:
+    """A shared flock on the lease file's directory for the daemon's lifetime; exclusive
+    only while the file is created, so a creator knows whether anyone else is running."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self._fd: int | None = None
+
+    def acquire(self) -> bool:
+        """Take the lock; True when no other daemon held it (nobody else is running)."""
+        if self._fd is None:
+            self._fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fcntl.flock(self._fd, fcntl.LOCK_SH)  # waits out a creator's brief exclusive hold
+            return False
+        return True
+
+    def share(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_SH)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+@dataclass(frozen=True, slots=True)
+class FileIdentity:
+    """The lease file as it was opened: a different device or inode later is a new file."""
+
+    path: str
+    device: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: str) -> FileIdentity:
+        st = os.stat(path)
+        return cls(path, st.st_dev, st.st_ino)
+
+    def check(self) -> None:
+        """Raise LeaseLost if the path no longer names the file this daemon opened."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise LeaseLost(
+                f"SQLite lease file {self.path} was deleted while in use: refusing to lead on "
+                "it or on a new file (terms would restart); restart the daemons on one file"
+            ) from None
+        if (st.st_dev, st.st_ino) != (self.device, self.inode):
+            raise LeaseLost(
+                f"SQLite lease file {self.path} was replaced while in use (inode {self.inode} "
+                f"is now {st.st_ino}): refusing to lead on it; restart the daemons on one file"
+            )
+
+
+class ForeignWriters:
+    """Notices a row that changes while it carries another kernel's boot id."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._seen: dict[str, tuple[str, int]] = {}
+
+    def check(self, election: str, row_boot_id: str, version: int, my_boot_id: str) -> None:
+        before = self._seen.get(election)
+        self._seen[election] = (row_boot_id, version)
+        changed = before is not None and before[1] != version
+        if row_boot_id and row_boot_id != my_boot_id and changed:
+            raise BackendFatal(
+                f"SQLite lease file {self.path} is written by another kernel (boot id "
+                f"{row_boot_id[:8]}…, this host is {my_boot_id[:8]}…): a SQLite lease file "
+                f"serves the daemons of one host only; {ALTERNATIVES}"
+            )

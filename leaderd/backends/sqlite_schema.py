@@ -1,0 +1,119 @@
+"""The SQLite lease table: its statements, its creation and its migrations (docs/sqlite.md)."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Sequence
+from contextlib import suppress
+
+import aiosqlite
+
+from ..clock import boottime
+
+SCHEMA_VERSION = 2
+
+CREATE = """
+CREATE TABLE IF NOT EXISTS {table} (
+    election         TEXT PRIMARY KEY,
+    holder           TEXT,
+    instance         TEXT NOT NULL DEFAULT '',
+    address          TEXT NOT NULL DEFAULT '',
+    term             INTEGER NOT NULL DEFAULT 0,
+    acquired_at      TEXT,
+    renewed_at       TEXT,
+    expires_at       TEXT,
+    boot_id          TEXT NOT NULL DEFAULT '',
+    expires_boottime REAL NOT NULL DEFAULT 0,
+    version          INTEGER NOT NULL DEFAULT 0
+)"""
+SELECT = """
+SELECT holder, instance, address, term, acquired_at, boot_id, expires_boottime, version
+FROM {table} WHERE election = ?"""
+# live: the stored lease has not lapsed on this boot's CLOCK_BOOTTIME.
+LIVE = "(holder IS NOT NULL AND boot_id = :boot_id AND expires_boottime > :now)"
+MINE = "(holder = :holder AND instance = :instance)"
+CAS = f"""
+INSERT INTO {{table}} (election, holder, instance, address, term, acquired_at, renewed_at,
+                       expires_at, boot_id, expires_boottime, version)
+VALUES (:election, :holder, :instance, :address, MAX(1, :min_term), :wall, :wall, :expires_at,
+        :boot_id, :expires, 1)
+ON CONFLICT (election) DO UPDATE SET
+    term = CASE WHEN {MINE} AND {LIVE} THEN term ELSE MAX(term + 1, :min_term) END,
+    acquired_at = CASE WHEN {MINE} AND {LIVE} THEN acquired_at ELSE :wall END,
+    holder = :holder, instance = :instance, address = :address, renewed_at = :wall,
+    expires_at = :expires_at, boot_id = :boot_id, expires_boottime = :expires,
+    version = version + 1
+WHERE holder IS NULL OR {MINE} OR (NOT {LIVE} AND version = :takeover)"""
+RELEASE = """
+UPDATE {table} SET holder = NULL, instance = '', address = '', expires_at = :wall,
+    expires_boottime = :now, version = version + 1
+WHERE election = :election AND holder = :holder AND instance = :instance AND term = :term"""
+# A file created while other daemons still run (on a file since deleted): its rows name an
+# unknown holder (''), expired, so the first acquisition waits one ttl (DESIGN §1.3), and
+# its terms start at the wall clock in milliseconds, above any term the old file granted.
+PLACEHOLDER = """
+INSERT OR IGNORE INTO {table} (election, holder, term, boot_id, expires_boottime, version)
+VALUES (?, '', ?, ?, ?, 1)"""
+
+
+async def prepare(
+    conn: aiosqlite.Connection,
+    table: str,
+    elections: Sequence[str],
+    alone: bool,
+    my_boot_id: str,
+) -> None:
+    """WAL, durable commits, the table and rows, and a write probe (catches read-only files)."""
+    async with conn.execute("PRAGMA journal_mode = WAL") as cursor:
+        mode = await cursor.fetchone()
+    if mode is None or str(mode[0]).lower() != "wal":
+        raise sqlite3.DatabaseError(f"cannot switch to WAL mode (journal_mode is {mode})")
+    await conn.execute("PRAGMA synchronous = FULL")  # a granted term must survive power loss
+    async with conn.execute("PRAGMA user_version") as cursor:
+        version = await cursor.fetchone()
+    schema = 0 if version is None else int(version[0])
+    if schema > SCHEMA_VERSION:
+        raise sqlite3.DatabaseError(f"schema version {schema} is newer than this leaderd")
+    await conn.execute("BEGIN IMMEDIATE")
+    try:
+        new_file = not await _table_exists(conn, table)
+        await conn.execute(CREATE.format(table=table))
+        if not new_file and schema < SCHEMA_VERSION:
+            await _migrate(conn, table)
+        if new_file and not alone:
+            floor = int(time.time() * 1000)
+            for election in elections:
+                await conn.execute(
+                    PLACEHOLDER.format(table=table), (election, floor, my_boot_id, boottime())
+                )
+        for election in elections:  # so an operator sees every election, even one never held
+            await conn.execute(f"INSERT OR IGNORE INTO {table} (election) VALUES (?)", (election,))
+        await conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")  # always writes
+        await conn.execute("COMMIT")
+    except BaseException:
+        with suppress(sqlite3.Error):
+            await conn.execute("ROLLBACK")
+        raise
+
+
+async def _table_exists(conn: aiosqlite.Connection, table: str) -> bool:
+    sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+    async with conn.execute(sql, (table,)) as cursor:
+        return await cursor.fetchone() is not None
+
+
+async def _migrate(conn: aiosqlite.Connection, table: str) -> None:
+    """Schema 1 -> 2: instance and version columns; expiry moves to CLOCK_BOOTTIME."""
+    async with conn.execute(f"PRAGMA table_info({table})") as cursor:
+        columns = {str(row[1]) for row in await cursor.fetchall()}
+    if "instance" not in columns:
+        await conn.execute(f"ALTER TABLE {table} ADD COLUMN instance TEXT NOT NULL DEFAULT ''")
+    if "version" not in columns:
+        await conn.execute(f"ALTER TABLE {table} ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
+    if "expires_mono" in columns:
+        # A live lease keeps its remaining time: monotonic deadline + (boottime - monotonic).
+        await conn.execute(f"ALTER TABLE {table} RENAME COLUMN expires_mono TO expires_boottime")
+        offset = boottime() - time.monotonic()
+        sql = f"UPDATE {table} SET expires_boottime = expires_boottime + ?"
+        await conn.execute(sql, (offset,))
