@@ -23,6 +23,7 @@ from leaderd.backends import (
     sqlite_wake,
 )
 from leaderd.backends.sqlite import SQLiteBackend
+from leaderd.backends.sqlite_host import refuse_shared_filesystem
 
 from .conftest import ELECTIONS, LONG_TTL, SHORT_TTL
 
@@ -369,3 +370,36 @@ async def test_processes_contending_on_one_file_never_overlap(db: Path) -> None:
     assert len(holders_of) > 3 and all(len(h) == 1 for h in holders_of.values()), holders_of
     for one, two in itertools.combinations(spans, 2):
         assert one[0] == two[0] or one[3] <= two[2] or two[3] <= one[2], (one, two)
+
+
+MOUNTINFO = """\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+30 22 0:40 / /srv/shared rw,relatime shared:9 - nfs4 server:/export rw,vers=4.2
+31 22 0:41 / /srv/fuse rw,nosuid shared:10 - fuse.sshfs host:/ rw
+32 30 0:42 / /srv/shared/local rw shared:11 - tmpfs tmpfs rw
+"""
+
+
+@pytest.mark.parametrize(
+    ("directory", "refused"),
+    [
+        ("/var/lib/leaderd", None),
+        ("/srv/shared/leaderd", "nfs4"),
+        ("/srv/fuse/x", "fuse.sshfs"),
+        ("/srv/shared/local/leaderd", None),  # a local mount inside a network one
+    ],
+)
+def test_network_and_fuse_filesystems_are_refused(
+    tmp_path: Path, directory: str, refused: str | None
+) -> None:
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(MOUNTINFO)
+    if refused is None:
+        refuse_shared_filesystem(directory, str(mountinfo))
+        return
+    with pytest.raises(BackendFatal, match=f"on a {refused} filesystem.*one host"):
+        refuse_shared_filesystem(directory, str(mountinfo))
+
+
+def test_this_hosts_temporary_directory_is_local(tmp_path: Path) -> None:
+    refuse_shared_filesystem(str(tmp_path))  # the real /proc/self/mountinfo
