@@ -62,7 +62,7 @@ def test_two_daemons_with_one_node_id_never_both_lead(workdir: str) -> None:
     wait_for(lambda: leaders([one, two]), TTL + 2, what="a leader")
     samples = watch_leaders([one, two], 3.0)
     assert all(len(s) <= 1 for s in samples), [s for s in samples if len(s) > 1][:3]
-    leader, other = (one, two) if one.is_leader() else (two, one)
+    other = two if one.is_leader() else one
     assert "held by another process" in other.log() and "same-node" in other.log()
     assert metric(other, "leaderd_duplicate_node_id_total") >= 1
 
