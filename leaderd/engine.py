@@ -245,8 +245,12 @@ class Election:
                 "backend_error",
             )
         log.log(level, sentence, extra={"event": event, "election": self.name, "reason": reason})
+        first, before = not state.ready, self._published
         state.on_failure(exc, request)
-        self._refresh(now)
+        view = self._refresh(now)
+        if first and before is not None and view.key == before.key:
+            # The first attempt is over: readiness moved although the answer did not.
+            self._watchers.announce(self._snapshot(view, now))
 
     async def _hand_over(self) -> None:
         """After leadership ended voluntarily: stop the child, then release the lease."""

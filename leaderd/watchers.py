@@ -48,6 +48,10 @@ class Watchers:
         changed.set()
         for queue in self._streams:
             _offer(queue, status)
+        self.announce(status)
+
+    def announce(self, status: ElectionStatus) -> None:
+        """Call the listeners with the status, with no new revision (readiness moved)."""
         for listener in self._listeners:
             try:
                 listener(status)
