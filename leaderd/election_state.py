@@ -33,7 +33,7 @@ class View:
 
     @property
     def key(self) -> tuple[Role, str | None, int]:
-        """What a revision counts changes of (DESIGN §3)."""
+        """What a revision counts changes of (docs/api.md)."""
         return self.role, self.leader.node_id if self.leader else None, self.term
 
 
@@ -77,10 +77,12 @@ class ElectionState:
         self.lease: Lease | None = None
         self.seen_at = -math.inf
         # Another holder's lease as last seen (holder, instance, term, version), and since
-        # when (the answer's arrival): it may be taken over one ttl later (DESIGN §1.3).
+        # when (the answer's arrival): it may be taken over one ttl later
+        # (docs/algorithm.md, "Holders, instances and taking over").
         self.watched: tuple[str | None, str, int, str] | None = None
         self.watched_since = math.inf
-        # The highest term any answer ever showed: never lead at or below it (DESIGN §1.4).
+        # The highest term any answer ever showed: never lead at or below it
+        # (docs/algorithm.md, "The term high-water mark").
         self.high_water = 0
         self.last_held_term: int | None = None
         self.duplicates_seen = 0
@@ -167,7 +169,8 @@ class ElectionState:
 
     def takeover(self, now: float) -> str:
         """The version of an unreleased lease this node may take over now: one it has seen
-        unchanged for one ttl on its own clock (DESIGN §1.3); "" for none."""
+        unchanged for one ttl on its own clock; "" for none (docs/algorithm.md, "Holders,
+        instances and taking over")."""
         if self.watched is None or now < self.watched_since + self.timing.ttl:
             return ""
         return self.watched[3]
@@ -276,7 +279,7 @@ class ElectionState:
     # ---- helpers ----
 
     def _deadline_after(self, t_send: float, lease: Lease) -> float:
-        """DESIGN §1.2, trusting no more time than the backend says it granted."""
+        """docs/algorithm.md, "Self-fencing", trusting no more than the backend granted."""
         timing = self.timing
         granted = timing.ttl if lease.expires_in is None else min(timing.ttl, lease.expires_in)
         return t_send + granted * (1.0 - timing.clock_drift) - timing.safety_margin

@@ -5,8 +5,8 @@ on the local CLOCK_BOOTTIME deadline, and on stop publish "stopped", let the ste
 stop the supervised child, then release. The rules (what the answer is at time t, what to
 send, when) live in election_state.py, which has no asyncio: this module sends requests,
 waits, publishes revisions and logs the sentences the rules return. Answers never read a
-flag that a timer sets: ``status()`` derives the role at the moment it is asked (DESIGN
-§1.2).
+flag that a timer sets: ``status()`` derives the role at the moment it is asked
+(docs/algorithm.md, "Self-fencing").
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ STREAM_BACKLOG = 256
 class Watchers:
     def __init__(self, election: str, changed_at: dt.datetime) -> None:
         self.election = election
-        # Moves by one on every change of role, leader or term (DESIGN §3).
+        # Moves by one on every change of role, leader or term (docs/api.md).
         self.revision = 0
         self.changed_at = changed_at
         self._changed = asyncio.Event()

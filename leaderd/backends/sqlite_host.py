@@ -1,4 +1,6 @@
-"""What keeps a SQLite lease file to one host (DESIGN §1.10): the guards the backend trusts.
+"""What keeps a SQLite lease file to one host: the guards the backend trusts.
+
+docs/algorithm.md, "Assumptions", lists them with the rest; docs/sqlite.md in detail.
 
 A SQLite lease judges expiry on this kernel's CLOCK_BOOTTIME, so every writer must share
 that kernel. Each guard turns a broken assumption into a refusal, never a second leader:

@@ -50,10 +50,10 @@ UPDATE {table} SET holder = NULL, instance = '', address = '', expires_at = :wal
     expires_boottime = :now, version = version + 1
 WHERE election = :election AND holder = :holder AND instance = :instance AND term = :term"""
 # A new file's terms start at the wall clock in milliseconds, above any term a file it
-# replaces could have granted: a deleted lease file never restarts terms at 1 (DESIGN §1.4).
+# replaces could have granted: a deleted lease file never restarts terms at 1.
 SEED = "INSERT OR IGNORE INTO {table} (election, term) VALUES (?, ?)"
 # A file created while other daemons still run (on a file since deleted): its rows name an
-# unknown holder (''), expired, so the first acquisition waits one ttl (DESIGN §1.3).
+# unknown holder (''), expired, so the first acquisition waits one ttl (docs/sqlite.md).
 PLACEHOLDER = """
 INSERT OR IGNORE INTO {table} (election, holder, term, boot_id, expires_boottime, version)
 VALUES (?, '', ?, ?, ?, 1)"""
