@@ -118,6 +118,7 @@ def test_deb_metadata_and_maintainer_scripts(deb: Path, tmp_path: Path) -> None:
         "python3-asyncpg",
         "python3-prometheus-client",
         "python3-uvloop",
+        "python3-systemd",  # native journal entries
     ):
         assert package in info, info
     assert "python3:any (>= 3.11" in info, info
