@@ -210,6 +210,18 @@ def test_decisions_are_journal_entries_with_their_fields(machine: Machine) -> No
     assert not journal(machine, "-u", "leaderd@job", "_TRANSPORT=stdout")
 
 
+def test_proc_subset_pid_would_hide_the_sqlite_boot_id(machine: Machine) -> None:
+    """Why the unit leaves ProcSubset=pid out (its comment says so): it hides /proc/sys."""
+    done = machine.run(
+        "systemd-run", "--wait", "--pipe", "--quiet", "-p", "ProcSubset=pid",
+        "-p", "ProtectProc=invisible", "/usr/bin/leaderd", "run",
+        "--backend", "sqlite:///tmp/procsubset.db", "--socket", "/tmp/procsubset.sock",
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "/proc/sys/kernel/random/boot_id" in done.stderr, done.stderr
+
+
 def test_stop_releases_and_socket_activation_restarts(machine: Machine) -> None:
     machine.run("systemctl", "stop", "leaderd")
     assert machine.show("leaderd", "Result") == "success"
