@@ -180,3 +180,11 @@ async def test_two_daemons_do_not_share_a_registry(make_node: Any) -> None:
     first.transitions.labels("default").inc()
     assert "leaderd_transitions_total" in first.exposition().decode()
     assert "leaderd_transitions_total{" not in second.exposition().decode()
+
+
+async def test_metrics_are_leaderds_own(api: Any) -> None:
+    """No process_* or python_* series: docs/metrics.md lists all there is (and the unit's
+    ProcSubset comment relies on it)."""
+    _, client = await api(["default"], metrics=Metrics())
+    names = {name for name, _ in await scrape(client)}
+    assert names and all(name.startswith("leaderd_") for name in names), sorted(names)

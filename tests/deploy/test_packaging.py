@@ -93,6 +93,7 @@ def test_deb_contents(deb: Path) -> None:
         "/usr/lib/sysusers.d/leaderd.conf",
         "/etc/leaderd/leaderd.toml",
         "/usr/share/doc/leaderd/copyright",
+        "/usr/share/leaderd/prometheus/leaderd.rules.yml",
     }
     assert expected <= files, sorted(expected - files)
     assert not any("/tests/" in f or "__pycache__" in f for f in files)
@@ -100,6 +101,10 @@ def test_deb_contents(deb: Path) -> None:
     for shipped, source in [
         ("./lib/systemd/system/leaderd.service", "systemd/leaderd.service"),
         ("./etc/leaderd/leaderd.toml", "packaging/leaderd.toml"),
+        (
+            "./usr/share/leaderd/prometheus/leaderd.rules.yml",
+            "packaging/prometheus/leaderd.rules.yml",
+        ),
     ]:
         inside = subprocess.run(
             ["dpkg-deb", "--fsys-tarfile", deb], capture_output=True, check=True
@@ -118,6 +123,7 @@ def test_deb_metadata_and_maintainer_scripts(deb: Path, tmp_path: Path) -> None:
         "python3-asyncpg",
         "python3-prometheus-client",
         "python3-uvloop",
+        "python3-systemd",  # native journal entries
     ):
         assert package in info, info
     assert "python3:any (>= 3.11" in info, info
