@@ -1,8 +1,9 @@
-"""PostgreSQL connections: the one error boundary, and the tables.
+"""PostgreSQL connections: the one error boundary, durable sessions, and the tables.
 
 Every request either backend sends runs inside ``request()``: the only place where a
 driver, socket or timeout error becomes the backend's own (``BackendUnavailable`` or
-``BackendFatal``, redacted).
+``BackendFatal``, redacted). A session that writes leases commits durably whatever the
+server's default is, and a read-only or recovering server is refused (DESIGN §1.4).
 """
 
 from __future__ import annotations
@@ -33,7 +34,17 @@ DRIVER_ERRORS = (
 # SQLSTATE classes that retrying cannot fix: bad credentials (28), no such database (3D)
 # or schema (3F), privileges/undefined objects/syntax (42), bad parameter values (22).
 _FATAL_CLASSES = ("28", "3D", "3F", "42", "22")
+_READ_ONLY = "25006"  # read_only_sql_transaction: a standby, or default_transaction_read_only
 
+# One round trip when a writing session starts: refuse a server that cannot take a durable
+# write, and raise synchronous_commit to at least "on" (never lower a stronger remote_apply).
+_PREPARE_WRITER = """
+SELECT pg_is_in_recovery() AS in_recovery,
+       current_setting('transaction_read_only') = 'on' AS read_only,
+       CASE WHEN current_setting('synchronous_commit') IN ('off', 'local', 'remote_write')
+            THEN set_config('synchronous_commit', 'on', false)
+            ELSE current_setting('synchronous_commit') END AS synchronous_commit
+"""
 _COLUMNS = """
 SELECT array_agg(attname::text) FROM pg_attribute
 WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped
@@ -49,6 +60,8 @@ def translate(pg: PgSettings, exc: BaseException, doing: str) -> BackendError:
     reason = pg.scrub(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
     message = f"{doing} on {pg.description}: {reason}"
     sqlstate = getattr(exc, "sqlstate", None) or ""
+    if sqlstate == _READ_ONLY:
+        return BackendUnavailable(f"{message} (the server is read-only: leaderd needs the primary)")
     fatal = sqlstate[:2] in _FATAL_CLASSES or isinstance(
         exc, asyncpg.ClientConfigurationError | asyncpg.UnsupportedServerFeatureError
     )
@@ -77,14 +90,37 @@ async def connect(
     pg: PgSettings,
     timeout: float,
     server_settings: Mapping[str, str] | None = None,
+    *,
+    writer: bool = True,
 ) -> Any:
-    """Open one connection within ``timeout`` (and ``connect_timeout``)."""
+    """Open one connection within ``timeout`` (and ``connect_timeout``). A ``writer`` (every
+    session but LISTEN's) commits durably and refuses a read-only or recovering server."""
     settings = {"application_name": pg.application_name, **(server_settings or {})}
     async with request(pg, "connecting", min(timeout, pg.connect_timeout)):
         conn = await asyncpg.connect(
             pg.dsn, server_settings=settings, statement_cache_size=20, command_timeout=None
         )
+        try:
+            if writer:
+                await _prepare_writer(pg, conn)
+        except BaseException:
+            conn.terminate()
+            raise
         return conn
+
+
+async def _prepare_writer(pg: PgSettings, conn: Any) -> None:
+    row = await conn.fetchrow(_PREPARE_WRITER)
+    if row["in_recovery"]:
+        raise BackendUnavailable(
+            f"{pg.description} is a standby in recovery (read-only): leaderd writes leases "
+            "on the primary only; retrying, a failover may promote it"
+        )
+    if row["read_only"]:
+        raise BackendUnavailable(
+            f"{pg.description} is read-only (default_transaction_read_only is on): leaderd "
+            "writes leases on a writable primary only; retrying"
+        )
 
 
 async def ensure_table(pg: PgSettings, conn: Any, create: str, columns: Mapping[str, str]) -> None:

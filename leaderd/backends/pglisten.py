@@ -138,7 +138,7 @@ class Listener:
 
     async def _listen(self) -> None:
         """LISTEN until the connection is lost (return) or fails (BackendError)."""
-        conn = await connect(self._pg, self._pg.connect_timeout)
+        conn = await connect(self._pg, self._pg.connect_timeout, writer=False)
         lost = asyncio.Event()
         conn.add_termination_listener(lambda _conn: lost.set())
         try:
