@@ -1,7 +1,8 @@
 """LISTEN/NOTIFY: how standbys hear of acquisitions and releases at once.
 
 One dedicated connection per backend LISTENs on the table's channel. While it is down
-nobody is woken and standbys poll.
+nobody is woken and standbys poll; an outage is logged when it starts, every five minutes
+while it lasts (with counts), and when it ends, never once per reconnect attempt.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import contextlib
 import hashlib
 import logging
 import random
+import time
+from collections.abc import Callable
 from typing import Any
 
 from .base import BackendError
@@ -51,6 +54,7 @@ class Listener:
         self._acquired: dict[str, tuple[int, asyncio.Event]] = {}
         self._task: asyncio.Task[None] | None = None
         self._up = asyncio.Event()
+        self.outage = Outage(f"LISTEN {channel} on {settings.description}")
 
     def start(self) -> None:
         if self._task is None:
@@ -130,9 +134,10 @@ class Listener:
         while True:
             try:
                 await self._listen()
+                self.outage.failed("the connection was lost")
                 backoff = 0.1
             except BackendError as exc:
-                log.warning("LISTEN %s: %s; polling until it is back", self.channel, exc)
+                self.outage.failed(str(exc))
             await asyncio.sleep(backoff * random.uniform(0.5, 1.0))
             backoff = min(backoff * 2, 5.0)
 
@@ -145,6 +150,7 @@ class Listener:
             async with request(self._pg, "listening"):
                 await conn.add_listener(self.channel, self._on_notify)
                 self.listening = True
+                self.outage.ended()
                 self.wake_all()  # changes made while nobody listened were not heard
                 self._up.set()
                 while not lost.is_set():
@@ -157,6 +163,62 @@ class Listener:
             if self.listening:
                 self.listening = False
                 self.wake_all()  # from now on waiters poll: let them re-read at once
+
+
+class Outage:
+    """Logs a run of failures as a story of a few lines, not one line per retry: a warning
+    when it starts, a summary every ``every`` seconds while it lasts, one line at its end."""
+
+    def __init__(
+        self, what: str, every: float = 300.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.what = what
+        self.every = every
+        self._clock = clock
+        self.failures = 0
+        self._started: float | None = None
+        self._summarized = 0.0
+        self._last = ""
+
+    @property
+    def ongoing(self) -> bool:
+        return self._started is not None
+
+    def failed(self, reason: str) -> None:
+        now = self._clock()
+        self.failures += 1
+        self._last = reason
+        if self._started is None:
+            self._started = self._summarized = now
+            log.warning(
+                "%s: %s; standbys poll until it is back",
+                self.what,
+                reason,
+                extra={"event": "listen_down", "reason": reason},
+            )
+        elif now - self._summarized >= self.every:
+            self._summarized = now
+            log.warning(
+                "%s: still down after %.0fs, %d failed attempts; last: %s",
+                self.what,
+                now - self._started,
+                self.failures,
+                reason,
+                extra={"event": "listen_down", "reason": reason, "failures": self.failures},
+            )
+
+    def ended(self) -> None:
+        if self._started is None:
+            return
+        log.info(
+            "%s: back after %.1fs and %d failed attempts (last: %s)",
+            self.what,
+            self._clock() - self._started,
+            self.failures,
+            self._last,
+            extra={"event": "listen_up", "failures": self.failures},
+        )
+        self._started, self.failures = None, 0
 
 
 def _state(term: int, held: bool) -> int:
