@@ -38,6 +38,7 @@ log_connections = off
 
 _HBA = f"""
 local all all trust
+local replication all trust
 host all {PASSWORD_USER} 127.0.0.1/32 scram-sha-256
 host all all 127.0.0.1/32 trust
 """
@@ -81,8 +82,19 @@ def _free_port() -> int:
 class PgServer:
     """One PostgreSQL cluster in a temporary directory, controlled by pg_ctl."""
 
-    def __init__(self, base_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        base_dir: str | None = None,
+        *,
+        config: str = "",
+        env: dict[str, str] | None = None,
+        primary: PgServer | None = None,
+    ) -> None:
+        """``config``: lines appended to postgresql.conf; ``env``: the server's environment
+        (e.g. LD_PRELOAD for libfaketime); ``primary``: be a hot standby of that server."""
         self.bindir = find_bindir()
+        self.config = config
+        self.env = dict(env or {})
         self.root = Path(tempfile.mkdtemp(prefix="leaderd-pg-", dir=base_dir))
         self.datadir = self.root / "data"
         self.sockdir = self.root / "sock"
@@ -92,7 +104,10 @@ class PgServer:
         self._run_as: list[str] = []
         if os.geteuid() == 0:
             self._run_as = self._demote_prefix()
-        self._initdb()
+        if primary is None:
+            self._initdb()
+        else:
+            self._clone(primary)
 
     # -- set-up -----------------------------------------------------------------
 
@@ -109,8 +124,14 @@ class PgServer:
             return ["runuser", "-u", "postgres", "--"]
         return ["setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups"]
 
-    def _run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        cmd = [*self._run_as, *args]
+    def _run(
+        self, *args: str, timeout: float = 60, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        cmd = [
+            *self._run_as,
+            *(["env", *(f"{k}={v}" for k, v in env.items())] if env else []),
+            *args,
+        ]
         try:
             return subprocess.run(
                 cmd, capture_output=True, text=True, timeout=timeout, check=True, cwd=self.root
@@ -135,10 +156,23 @@ class PgServer:
         )
         conf = _CONFIG.format(port=self.port, sockdir=self.sockdir)
         with (self.datadir / "postgresql.conf").open("a") as f:
-            f.write(conf)
+            f.write(conf + self.config + "\n")
         self._write(self.datadir / "pg_hba.conf", _HBA)
         self.start()
         self.psql(f"CREATE ROLE {PASSWORD_USER} LOGIN SUPERUSER PASSWORD '{PASSWORD}'")
+
+    def _clone(self, primary: PgServer) -> None:
+        """A hot standby streaming from ``primary`` (pg_basebackup -R), on its own port."""
+        self.sockdir.mkdir(exist_ok=True)
+        self._run(
+            str(self.bindir / "pg_basebackup"),
+            "-h", str(primary.sockdir), "-p", str(primary.port), "-U", "postgres",
+            "-D", str(self.datadir), "-R", "--no-sync", "-X", "stream",
+        )  # fmt: skip
+        conf = _CONFIG.format(port=self.port, sockdir=self.sockdir)
+        with (self.datadir / "postgresql.conf").open("a") as f:
+            f.write(conf + "hot_standby = on\n" + self.config + "\n")
+        self.start()
 
     def _write(self, path: Path, text: str) -> None:
         path.write_text(text)
@@ -170,6 +204,7 @@ class PgServer:
                     "-t",
                     "30",
                     "start",
+                    env=self.env,
                 )
                 return
             except PgServerError:

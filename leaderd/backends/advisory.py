@@ -2,16 +2,18 @@
 
 Each election has one dedicated connection (its lock session). A standby blocks in
 ``pg_advisory_lock(key)`` (bounded by ``lock_timeout`` ≈ ``wait``), so a released lock
-passes on within a round trip; once granted, the same session bumps ``term`` in the
-companion table, so the term is a real fencing token. The holder proves its session
-alive (and still holding the lock, via ``pg_locks``) with one query per renewal.
+passes on within a round trip; once granted, the same session claims the companion row
+with the lease backend's rules (advisory_sql.CAS), so ``term`` is a real fencing token.
+The holder proves its session alive, and still holding the lock, with that same statement
+at every renewal; it moves the row's ``expires_at`` and ``version``.
 
-The session is configured so that the server never ends it — and so never releases the
-lock — before the old leader's local deadline: ``idle_session_timeout``,
-``tcp_keepalives_*`` and ``tcp_user_timeout`` are all at least one ``ttl`` after the
-last request (docs/postgresql.md has the argument). Any doubt about the session while
-holding (a failed keepalive, a closed connection) is answered "not held" first, and
-the session is only closed on the next call, after the engine has stepped down.
+The session is configured so that the server never ends it — and so never frees the lock
+— before the old leader's local deadline: ``idle_session_timeout``, ``tcp_keepalives_*``
+and ``tcp_user_timeout`` are all at least one ``ttl`` after the last request. When the
+server ends a session anyway (terminate, restart), a successor granted the lock claims an
+unreleased row only once it is over on the server's clock *and* the engine names the
+version it watched for one ttl (``takeover=wait``, DESIGN §1.3), which is after the old
+leader's deadline. docs/postgresql.md has the whole argument.
 
 Key: the first 8 bytes of sha256(b"leaderd:" + election, UTF-8) as a signed bigint.
 """
@@ -19,107 +21,27 @@ Key: the first 8 bytes of sha256(b"leaderd:" + election, UTF-8) as a signed bigi
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import datetime as dt
-import hashlib
+import dataclasses
+import functools
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import asyncpg
 
-from .base import Backend, BackendFatal, BackendUnavailable, Candidate, Lease
-from .pgcommon import (
-    DRIVER_ERRORS,
-    Listener,
-    PgSettings,
-    close_quietly,
-    notify_channel,
-    quote_literal_ms,
-)
+from . import advisory_sql as sql
+from .advisory_sql import advisory_key, session_settings
+from .base import Backend, BackendError, BackendFatal, BackendUnavailable, Candidate, Lease
+from .pgconn import Closer, connect, ensure_table, quote_literal_ms, request
+from .pglisten import Listener, notify_channel
+from .pgsettings import PgSettings
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS {t} (
-    election    text PRIMARY KEY,
-    lock_key    bigint NOT NULL,     -- the pg_advisory_lock key
-    holder      text,                -- NULL when released
-    address     text NOT NULL DEFAULT '',
-    term        bigint NOT NULL,     -- fencing token; never decreases
-    acquired_at timestamptz,
-    released_at timestamptz,
-    pid         integer,             -- pg_backend_pid() of the holder's lock session
-    expires_at  timestamptz          -- last keepalive + ttl: the holder's lease, at most
-)
-"""
-
-_MY_LOCK = """EXISTS (SELECT FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
-    AND l.objsubid = 1 AND ((l.classid::int8 << 32) | l.objid::int8) = $1 AND l.pid = {pid})"""
-
-_TRY_LOCK = "SELECT pg_try_advisory_lock($1) AS granted, pg_backend_pid() AS pid"
-# lock_timeout is set local to this one-statement transaction, before the lock is waited for.
-_LOCK = """
-WITH cfg AS MATERIALIZED (SELECT set_config('lock_timeout', $2, true))
-SELECT pg_advisory_lock($1)::text IS NOT NULL AS granted, pg_backend_pid() AS pid FROM cfg
-"""
-_BUMP = """
-WITH bumped AS (
-INSERT INTO {t} AS c (election, lock_key, holder, address, term, acquired_at, released_at, pid,
-                      expires_at)
-VALUES ($1, $2, $3, $4, 1, now(), NULL, pg_backend_pid(), now() + make_interval(secs => $6))
-ON CONFLICT (election) DO UPDATE SET lock_key = excluded.lock_key, holder = excluded.holder,
-    address = excluded.address, term = c.term + 1, acquired_at = now(), released_at = NULL,
-    pid = excluded.pid, expires_at = excluded.expires_at
-RETURNING term, acquired_at, pid
-)
-SELECT term, acquired_at, pid, pg_notify($5, term || ' acquired ' || $1)::text FROM bumped
-"""
-# $1 key, $2 election, $3 ttl: proves the session alive and still holding the lock, and
-# moves the lease a successor must wait out if this session ends without a release.
-_KEEPALIVE = (
-    """
-WITH kept AS (
-    UPDATE {t} SET expires_at = now() + make_interval(secs => $3)
-    WHERE election = $2 AND pid = pg_backend_pid() AND """
-    + _MY_LOCK.format(pid="pg_backend_pid()")
-    + """ RETURNING 1
-)
-SELECT pg_backend_pid() AS pid, EXISTS (SELECT FROM kept) AS held
-"""
-)
-# $1 election, $2 candidate: another node that held the lock and never released it (its
-# session ended under it: crash, pg_terminate_backend, restart), and how long its lease
-# may still run on the server clock. This node's own old session needs no wait: its
-# engine heard "not held" before it asked again.
-_UNRELEASED = """
-SELECT holder, address, term, acquired_at,
-       GREATEST(0, EXTRACT(EPOCH FROM expires_at - now()))::float8 AS expires_in
-FROM {t} WHERE election = $1 AND holder IS NOT NULL AND holder <> $2 AND released_at IS NULL
-    AND pid IS DISTINCT FROM pg_backend_pid() AND expires_at > now()
-"""
-# $1 key, $2 election: the companion row and the session (if any) holding the lock; a
-# holder counts only while its recorded session holds the lock.
-_OBSERVE = """
-SELECT c.holder, c.address, c.term, c.acquired_at, c.pid, l.pid AS lock_pid
-FROM (SELECT) AS one
-LEFT JOIN {t} c ON c.election = $2
-LEFT JOIN pg_locks l ON l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-    AND ((l.classid::int8 << 32) | l.objid::int8) = $1
-    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-"""
-_RELEASE = """
-WITH r AS (
-    UPDATE {t} SET holder = NULL, address = '', released_at = now()
-    WHERE election = $2 AND term = $3 AND pid = pg_backend_pid() RETURNING 1
-)
-SELECT pg_advisory_unlock($1), CASE WHEN n > 0
-    THEN pg_notify($4, $3::bigint || ' released ' || $2)::text END
-FROM (SELECT count(*) AS n FROM r) AS marked
-"""
+__all__ = ["PostgresAdvisoryBackend", "advisory_key", "session_settings"]
 
 _DEFAULT_TIMEOUT = 5.0
 _DEFAULT_TTL = 15.0
-_PENDING_READS = 12  # about 0.15 s of re-reads while a new holder bumps its term
+_PENDING_READS = 12  # about 0.15 s of re-reads while a new holder claims its row
 _POOLER = (
     "the advisory backend needs a direct session to PostgreSQL, but the server process "
     "changed under it (pid {a} then {b}): a transaction-mode pooler such as PgBouncer is "
@@ -127,42 +49,29 @@ _POOLER = (
 )
 
 
-def advisory_key(election: str) -> int:
-    """The lock key: sha256("leaderd:" + election)[:8] as a signed 64-bit integer."""
-    digest = hashlib.sha256(b"leaderd:" + election.encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
-
-
-def session_settings(ttl: float) -> dict[str, str]:
-    """GUCs of a lock session: the server may end it only >= ttl after its last request."""
-    return {
-        "idle_session_timeout": quote_literal_ms(math.ceil(ttl * 1000) / 1000),
-        "tcp_user_timeout": str(math.ceil(ttl * 1000)),
-        "tcp_keepalives_idle": str(math.ceil(ttl)),
-        "tcp_keepalives_interval": str(max(1, math.ceil(ttl / 3))),
-        "tcp_keepalives_count": "3",
-        # A standby that went away while blocked leaves the lock queue within this.
-        "client_connection_check_interval": "500ms",
-    }
-
-
-@dataclass
+@dataclasses.dataclass
 class _Session:
     """One election's dedicated connection and what this node holds through it."""
 
     election: str
     key: int
     conn: Any = None
-    ttl: float | None = None
-    term: int | None = None  # set while this session holds the lock
-    pid: int = 0
-    address: str = ""
-    acquired_at: dt.datetime | None = None
-    last_term: int = 0
-    lost: bool = False  # the session ended while holding: report "not held" once
-    # The lock is granted but not yet claimed: waiting out an unreleased holder's lease.
-    granted: bool = False
-    stale: bool = False  # in doubt (a keepalive failed): close before the next use
+    ttl: float = _DEFAULT_TTL
+    term: int | None = None  # set while this session holds the lock and the row
+    kept_at: float = -math.inf  # monotonic send time of the last claim or renewal that held
+    granted: bool = False  # the lock is granted, the row not claimed: an unreleased holder
+    stale: bool = False  # close it before the next use
+    known_term: int = 0  # the highest term any answer showed
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ask:
+    """What one acquire_or_renew asks for."""
+
+    candidate: Candidate
+    ttl: float
+    takeover: str
+    min_term: int
 
 
 class PostgresAdvisoryBackend(Backend):
@@ -171,15 +80,13 @@ class PostgresAdvisoryBackend(Backend):
     def __init__(self, settings: PgSettings) -> None:
         self._pg = settings
         table = settings.qualified_table
-        self._sql_bump = _BUMP.format(t=table)
-        self._sql_keepalive = _KEEPALIVE.format(t=table)
-        self._sql_unreleased = _UNRELEASED.format(t=table)
-        self._sql_observe = _OBSERVE.format(t=table)
-        self._sql_release = _RELEASE.format(t=table)
+        self._sql_cas = sql.cas_sql(table, settings.takeover)
+        self._sql_observe = sql.OBSERVE.format(t=table)
+        self._sql_release = sql.RELEASE.format(t=table)
         self._sessions: dict[str, _Session] = {}
         self._listener = Listener(settings, notify_channel(settings.table))
         self._table_ready = False
-        self._closing: set[asyncio.Task[None]] = set()
+        self._closer = Closer()
 
     @classmethod
     def from_url(cls, url: str) -> PostgresAdvisoryBackend:
@@ -193,16 +100,10 @@ class PostgresAdvisoryBackend(Backend):
         for election in elections:
             self._session(election)
         self._listener.start()
-        conn = await self._pg.connect(self._pg.connect_timeout, {})
+        conn = await connect(self._pg, self._pg.connect_timeout)
         try:
-            async with asyncio.timeout(_DEFAULT_TIMEOUT):
+            async with request(self._pg, "creating the table", _DEFAULT_TIMEOUT):
                 await self._prepare(conn)
-        except TimeoutError:
-            raise BackendUnavailable(
-                f"creating the table on {self.description}: timed out"
-            ) from None
-        except DRIVER_ERRORS as exc:
-            raise self._pg.error(exc, "creating the table") from None
         finally:
             conn.terminate()
         await self._listener.ready(self._pg.connect_timeout)
@@ -211,52 +112,47 @@ class PostgresAdvisoryBackend(Backend):
         s = self._session(election)
         if s.granted:
             self._drop(s)  # cooling down: a lock waiting to be claimed goes back
-        lease = await self._guard(
-            s, "reading the lock", _DEFAULT_TIMEOUT, self._observe, s, election
-        )
-        return self._saw(lease)
+        read = functools.partial(self._read, s, _DEFAULT_TIMEOUT)
+        return self._saw(s, await self._guard(s, "reading the lock", _DEFAULT_TIMEOUT, read))
 
     async def acquire_or_renew(
-        self, election: str, candidate: Candidate, ttl: float, timeout: float, wait: float = 0.0
-    ) -> Lease:
-        lease = await self._acquire_or_renew(election, candidate, ttl, timeout, wait)
-        return self._saw(lease)
-
-    async def _acquire_or_renew(
-        self, election: str, candidate: Candidate, ttl: float, timeout: float, wait: float
+        self,
+        election: str,
+        candidate: Candidate,
+        ttl: float,
+        timeout: float,
+        wait: float = 0.0,
+        *,
+        takeover: str = "",
+        min_term: int = 0,
     ) -> Lease:
         s = self._session(election)
-        if s.lost:  # the session ended under the holder: say so before anything else
-            s.lost = False
-            return _free(election, s.last_term)
-        if s.term is not None:
-            return await self._keepalive(s, election, candidate, ttl, timeout)
-        return await self._guard(
-            s,
-            "acquiring the lock",
-            timeout,
-            self._campaign,
-            s,
-            election,
-            candidate,
-            ttl,
-            wait,
-            timeout,
-        )
+        ask = _Ask(candidate, float(ttl), takeover, min_term)
+        if s.term is not None and s.conn is not None:
+            lease = await self._renew(s, ask, timeout)
+        else:
+            # Not held, or the session ended under the holder: a new session may renew
+            # (the row is still this process's and live) or acquire.
+            campaign = functools.partial(self._campaign, s, ask, wait, timeout)
+            lease = await self._guard(s, "acquiring the lock", timeout, campaign)
+        return self._saw(s, lease)
 
     async def release(self, election: str, candidate: Candidate, term: int) -> None:
         s = self._session(election)
-        if s.term is None or s.term != term or s.conn is None:
-            return
-        s.term = None
-        try:
-            async with asyncio.timeout(_DEFAULT_TIMEOUT):
-                await s.conn.execute(
-                    self._sql_release, s.key, election, term, self._listener.channel
-                )
-        except (*DRIVER_ERRORS, TimeoutError) as exc:
-            self._drop(s)  # ending the session releases the lock for sure
-            raise self._pg.error(exc, "releasing the lock") from None
+        if s.term is not None and s.term != term:
+            return  # this session holds another term: the row cannot match
+        holding, s.term = s.term is not None, None
+
+        async def mark_then_unlock() -> None:
+            conn = await self._connection(s, s.ttl, _DEFAULT_TIMEOUT)
+            me = candidate
+            args = (s.election, me.node_id, me.instance, term, self._listener.channel)
+            await conn.fetchval(self._sql_release, *args)  # committed before ...
+            if holding:
+                await conn.fetchval(sql.UNLOCK, s.key)  # ... the lock is freed
+
+        # On failure the session is closed, which frees the lock for sure.
+        await self._guard(s, "releasing the lock", _DEFAULT_TIMEOUT, mark_then_unlock)
 
     async def wait_for_change(self, election: str, timeout: float) -> None:
         await self._listener.wait(election, timeout)
@@ -266,147 +162,144 @@ class PostgresAdvisoryBackend(Backend):
             s.term = None
             self._drop(s)
         await self._listener.stop()
-        await asyncio.gather(*self._closing)
+        await self._closer.wait()
 
-    def _saw(self, lease: Lease) -> Lease:
+    def _saw(self, s: _Session, lease: Lease) -> Lease:
+        s.known_term = max(s.known_term, lease.term)
         self._listener.saw(lease.election, lease.term, held=lease.holder is not None)
         return lease
 
-    # -- the three paths --------------------------------------------------------
+    # -- the paths ---------------------------------------------------------------
 
-    async def _campaign(
-        self,
-        s: _Session,
-        election: str,
-        candidate: Candidate,
-        ttl: float,
-        wait: float,
-        timeout: float,
-    ) -> Lease:
-        conn = await self._connection(s, ttl, timeout)
+    async def _renew(self, s: _Session, ask: _Ask, timeout: float) -> Lease:
+        """The holder's keepalive. A failure is in doubt: the lock may still be this
+        session's, and the engine leads until its deadline (at most one ttl after the last
+        renewal was sent), so the session is kept, and retried, until then; closing it
+        sooner could free the lock under a node that still answers "leader"."""
+        sent = time.monotonic()
+        try:
+            async with request(self._pg, "renewing the lock", timeout):
+                return self._claimed(s, ask, await self._cas(s, ask), sent)
+        except BackendError:
+            if time.monotonic() >= s.kept_at + s.ttl:
+                s.term, s.stale = None, True  # the engine's deadline has passed: let go
+            raise
+
+    async def _campaign(self, s: _Session, ask: _Ask, wait: float, timeout: float) -> Lease:
+        conn = await self._connection(s, ask.ttl, timeout)
         if not s.granted:
-            # Keep up to a second of the budget for the term bump after the grant.
+            # Keep up to a second of the budget for the claim after the grant.
             lock_wait = min(wait, timeout - min(1.0, timeout / 2))
-            if lock_wait >= 0.001:
-                row = await self._wait_for_lock(s, conn, election, lock_wait)
-            else:
-                row = await conn.fetchrow(_TRY_LOCK, s.key)
-            if row is None or not row["granted"]:
-                return await self._observe(s, election)
-            self._check_pid(s, conn, row["pid"])
+            known = max(s.known_term, ask.min_term - 1)  # min_term: the engine's high-water + 1
+            if not await self._lock(s, conn, lock_wait, known):
+                lease = await self._read(s, timeout)
+                if lease.held_by(ask.candidate):
+                    raise BackendUnavailable(
+                        f"acquiring the lock on {self.description}: an earlier lock session "
+                        "of this daemon still holds it, until the server ends that session"
+                    )
+                return lease
             s.granted = True
-        if self._pg.takeover == "wait":
-            previous = await conn.fetchrow(self._sql_unreleased, election, candidate.node_id)
-            if previous is not None:
-                # Its session ended without a release, so that node may still be alive and
-                # answering "leader" until its lease runs out: hold the lock, claim nothing.
-                return _unreleased(election, previous)
-        bumped = await conn.fetchrow(
-            self._sql_bump,
-            election,
-            s.key,
-            candidate.node_id,
-            candidate.address,
-            self._listener.channel,
-            ttl,
-        )
-        self._check_pid(s, conn, bumped["pid"])
-        s.granted = False
-        s.term = s.last_term = int(bumped["term"])
-        s.pid, s.address, s.acquired_at = (
-            int(bumped["pid"]),
-            candidate.address,
-            bumped["acquired_at"],
-        )
-        return self._held(s, election, candidate)
+        sent = time.monotonic()
+        return self._claimed(s, ask, await self._cas(s, ask), sent)
 
-    async def _wait_for_lock(
-        self, s: _Session, conn: Any, election: str, lock_wait: float
-    ) -> Any | None:
-        """Block in pg_advisory_lock up to ``lock_wait``; give up early when another node
-        announces it acquired the lock, so this follower names the new leader at once."""
-        lock = asyncio.ensure_future(conn.fetchrow(_LOCK, s.key, quote_literal_ms(lock_wait)))
-        news = asyncio.ensure_future(self._listener.acquired(election, lock_wait))
+    async def _cas(self, s: _Session, ask: _Ask) -> Any:
+        me = ask.candidate
+        args = (s.election, s.key, me.node_id, me.instance, me.address, ask.ttl,
+                self._listener.channel, ask.takeover, ask.min_term)  # fmt: skip
+        return await s.conn.fetchrow(self._sql_cas, *args)
+
+    def _claimed(self, s: _Session, ask: _Ask, row: Any, sent: float) -> Lease:
+        """The answer of the CAS statement, as this session's state and a lease."""
+        self._check_pid(s, s.conn, row["session_pid"])
+        if not row["locked"]:
+            s.term, s.stale = None, True  # only a pooler can do this; fail, never claim
+            raise BackendUnavailable(
+                f"renewing the lock on {self.description}: this session no longer holds it"
+            )
+        lease = _row_lease(s.election, row, live=False)
+        if lease.held_by(ask.candidate):
+            s.term, s.kept_at, s.granted = lease.term, sent, False
+            return dataclasses.replace(lease, expires_in=None)  # no expiry while it lives
+        if s.term is not None:
+            # The row is no longer this process's (edited by hand): not held, for sure. The
+            # lock goes back at the next call, once the engine has heard this answer.
+            s.term, s.stale = None, True
+        return lease  # an unreleased holder, waited out with the lock granted
+
+    async def _lock(self, s: _Session, conn: Any, lock_wait: float, known: int) -> bool:
+        """Take the lock at once, or block for it up to ``lock_wait``; give up early when
+        another node announces it acquired a term above ``known``, so this follower names
+        the new leader at once (a late NOTIFY of a term it knows does not count)."""
+        if lock_wait < 0.001:
+            row = await conn.fetchrow(sql.TRY_LOCK, s.key)
+            self._check_pid(s, conn, row["pid"])
+            return bool(row["granted"])
+        lock = asyncio.ensure_future(conn.fetchrow(sql.LOCK, s.key, quote_literal_ms(lock_wait)))
+        news = asyncio.ensure_future(self._listener.acquired(s.election, known, lock_wait))
         try:
             await asyncio.wait({lock, news}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             news.cancel()
-        if not lock.done():
-            # Ending the session cancels the wait, and releases a lock granted meanwhile.
-            lock.cancel()
-            self._drop(s)
-            await asyncio.gather(lock, return_exceptions=True)
-            return None
+            if not lock.done():
+                # Ending the session cancels the wait, and frees a lock granted meanwhile.
+                lock.cancel()
+                self._drop(s)
+                await asyncio.gather(lock, return_exceptions=True)
+        if lock.cancelled():
+            return False
         try:
-            return lock.result()
+            row = lock.result()
         except asyncpg.LockNotAvailableError:
-            return None
+            return False
+        self._check_pid(s, conn, row["pid"])
+        return True
 
-    async def _keepalive(
-        self, s: _Session, election: str, candidate: Candidate, ttl: float, timeout: float
-    ) -> Lease:
-        try:
-            if timeout <= 0 or s.conn is None:
-                raise TimeoutError
-            async with asyncio.timeout(timeout):
-                row = await s.conn.fetchrow(self._sql_keepalive, s.key, election, ttl)
-        except Exception:  # whatever went wrong (even asyncpg internals), it is in doubt
-            # In doubt: not held. The session is closed on the next call, once the engine
-            # has stepped down, never while it may still answer "leader".
-            s.term, s.stale = None, True
-            return _free(election, s.last_term)
-        if row["pid"] != s.pid:
-            s.term, s.stale = None, True
-            raise BackendFatal(_POOLER.format(a=s.pid, b=row["pid"]))
-        if not row["held"]:
-            s.term, s.stale = None, True
-            return _free(election, s.last_term)
-        return self._held(s, election, candidate)
-
-    async def _observe(self, s: _Session, election: str) -> Lease:
-        """The holder named by the companion row, if its recorded session holds the lock.
-        A session that holds the lock but is not recorded yet is between its grant and its
-        term bump (one round trip): read again shortly rather than report "free"."""
-        conn = await self._connection(s, s.ttl or _DEFAULT_TTL, _DEFAULT_TIMEOUT)
+    async def _read(self, s: _Session, timeout: float) -> Lease:
+        """The lease as the row and the lock show it. A session that holds the lock but is
+        not the row's is a successor about to claim it (one round trip): read again
+        shortly; with takeover=wait it may also be waiting out the row's holder."""
+        conn = await self._connection(s, s.ttl, timeout)
+        lease = None
         for attempt in range(_PENDING_READS):
-            row = await conn.fetchrow(self._sql_observe, s.key, election)
-            term = 0 if row["term"] is None else int(row["term"])
-            s.last_term = max(s.last_term, term)
-            if row["lock_pid"] is None:
-                return _free(election, term)
-            if row["lock_pid"] == row["pid"] and row["holder"] is not None:
-                return Lease(
-                    election, row["holder"], row["address"], term, row["acquired_at"], None
-                )
-            await asyncio.sleep(0.002 * (attempt + 1))
-        return _free(election, term)
-
-    # -- the lock session -------------------------------------------------------
-
-    async def _guard(self, s: _Session, doing: str, timeout: float, op: Any, *args: Any) -> Lease:
-        """Run a request on the session within ``timeout``; on any failure close the
-        session (it may hold a lock granted at the last moment: ending it releases it)."""
-        if timeout <= 0:
-            raise BackendUnavailable(f"{doing} on {self.description}: no time left")
-        try:
-            async with asyncio.timeout(timeout):
-                lease: Lease = await op(*args)
+            row = await conn.fetchrow(self._sql_observe, s.election, s.key)
+            lease = self._judge(s.election, row)
+            if lease is not None:
                 return lease
-        except BaseException as exc:
-            self._drop(s)
-            if isinstance(exc, TimeoutError):
-                raise BackendUnavailable(
-                    f"{doing} on {self.description}: timed out after {timeout:.3g}s"
-                ) from None
-            if isinstance(exc, OSError | asyncpg.PostgresError | asyncpg.InterfaceError):
-                raise self._pg.error(exc, doing) from None
+            await asyncio.sleep(0.002 * (attempt + 1))
+        return _free(s.election, int(row["term"] or 0))
+
+    def _judge(self, election: str, row: Any) -> Lease | None:
+        """What an observer may say from one read; None while a claim is under way."""
+        locked, recorded = row["lock_pid"] is not None, row["recorded"]
+        if row["holder"] is None:  # released (its session may be freeing the lock)
+            return None if locked and not recorded else _free(election, int(row["term"] or 0))
+        if recorded:  # the holder's own session holds the lock: live, no expiry
+            return _row_lease(election, row, live=True)
+        if self._pg.takeover == "wait":  # unreleased: its lease lasts until expires_at
+            return _row_lease(election, row, live=False)
+        return None if locked else _free(election, int(row["term"]))
+
+    # -- the lock session ----------------------------------------------------------
+
+    async def _guard(
+        self, s: _Session, doing: str, timeout: float, op: Callable[[], Awaitable[Any]]
+    ) -> Any:
+        """Run ``op`` in the error boundary; on any failure of a session that claims
+        nothing, close it (it may hold a lock granted at the last moment)."""
+        try:
+            async with request(self._pg, doing, timeout):
+                return await op()
+        except BaseException:
+            if s.term is None:
+                self._drop(s)
             raise
 
     async def _connection(self, s: _Session, ttl: float, timeout: float) -> Any:
         if s.stale or (s.conn is not None and s.conn.is_closed()):
             self._drop(s)
         if s.conn is None:
-            conn = await self._pg.connect(timeout, session_settings(ttl))
+            conn = await connect(self._pg, timeout, session_settings(ttl))
             s.conn, s.ttl = conn, ttl
             conn.add_termination_listener(lambda c: self._on_closed(s, c))
             if not self._table_ready:
@@ -424,37 +317,25 @@ class PostgresAdvisoryBackend(Backend):
                 f"{self.description}: the advisory backend needs PostgreSQL 14 or later "
                 "(idle_session_timeout)"
             )
-        if not await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", self._pg.qualified_table):
-            with contextlib.suppress(
-                asyncpg.DuplicateTableError,
-                asyncpg.DuplicateObjectError,
-                asyncpg.UniqueViolationError,
-            ):
-                await conn.execute(_SCHEMA.format(t=self._pg.qualified_table))
+        await ensure_table(self._pg, conn, sql.SCHEMA, sql.UPGRADE)
         self._table_ready = True
 
     def _check_pid(self, s: _Session, conn: Any, pid: int) -> None:
         if pid != conn.get_server_pid():
-            self._drop(s)
+            s.term, s.stale = None, True
             raise BackendFatal(_POOLER.format(a=conn.get_server_pid(), b=pid))
 
     def _on_closed(self, s: _Session, conn: Any) -> None:
         if s.conn is not conn:  # we closed it ourselves
             return
-        s.conn, s.granted = None, False
-        if s.term is not None:
-            s.term, s.lost = None, True
-        self._listener.wake(s.election)
+        s.conn, s.granted, s.term = None, False, None
+        self._listener.wake(s.election)  # the engine asks again now, on a new session
 
     def _drop(self, s: _Session) -> None:
         """Forget the session's connection and close it in the background: asyncpg first
         cancels a statement still running (a blocked pg_advisory_lock), then terminates."""
         conn, s.conn, s.stale, s.granted = s.conn, None, False, False
-        if conn is None or conn.is_closed():
-            return
-        task = asyncio.get_running_loop().create_task(close_quietly(conn))
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+        self._closer.close(conn)
 
     def _session(self, election: str) -> _Session:
         s = self._sessions.get(election)
@@ -462,17 +343,22 @@ class PostgresAdvisoryBackend(Backend):
             s = self._sessions[election] = _Session(election, advisory_key(election))
         return s
 
-    @staticmethod
-    def _held(s: _Session, election: str, candidate: Candidate) -> Lease:
-        assert s.term is not None
-        return Lease(election, candidate.node_id, s.address, s.term, s.acquired_at, None)
 
-
-def _unreleased(election: str, row: Any) -> Lease:
-    """The previous holder, as a lease that runs out when its last keepalive allows."""
-    expires_in = max(float(row["expires_in"]), 0.001)
-    term = int(row["term"])
-    return Lease(election, row["holder"], row["address"], term, row["acquired_at"], expires_in)
+def _row_lease(election: str, row: Any, live: bool) -> Lease:
+    """A row that names a holder; ``live``: its session holds the lock (no expiry)."""
+    if row["holder"] is None:
+        return _free(election, int(row["term"] or 0))
+    expires_in = None if live else max(0.0, float(row["expires_in"] or 0.0))
+    return Lease(
+        election,
+        row["holder"],
+        row["address"],
+        int(row["term"]),
+        row["acquired_at"],
+        expires_in,
+        instance=row["instance"],
+        version=row["version"] or "",
+    )
 
 
 def _free(election: str, term: int) -> Lease:

@@ -1,87 +1,95 @@
 """postgresql:// — one lease row per election, expiry judged on the server's clock.
 
 Every acquire-or-renew is ONE statement (an upsert whose conflict arm applies only when
-the row is ours, free or expired, plus a read of the row when it did not apply), so a
-request is one round trip. ``now()`` is the start of that single-statement transaction:
-after the request was sent and before any row lock was waited for, so the lease the
-server records (``now() + ttl``) always ends after the leader's local deadline
-(``t_send + ttl * (1 - drift) - margin``), and a waiting acquirer judges expiry with a
-``now()`` that is, if anything, early — both errors are on the safe side, and every
-timestamp written by one statement agrees. ``clock_timestamp()`` would be later (also
-safe) but differs between the places it is evaluated within one statement.
+the row is free, this process's, or expired with the version the engine names, plus a
+read of the row when it did not apply), so a request is one round trip. ``now()`` is the
+start of that single-statement transaction: after the request was sent and before any row
+lock was waited for, so the lease the server records (``now() + ttl``) always ends after
+the leader's local deadline (``t_send + ttl * (1 - drift) - margin``), and a waiting
+acquirer judges expiry with a ``now()`` that is, if anything, early — both errors are on
+the safe side. A server clock stepped forward can expire a live lease early on the server,
+but taking it over also needs the version the engine watched unchanged for one ttl on its
+own clock, and a renewing holder moves the version every renew_interval (DESIGN §1.3).
 
-Acquisitions and releases ``pg_notify`` the channel ``leaderd_<table>`` with the
-election as payload; a dedicated connection LISTENs so that standbys wake at once.
-Requests share a small pool (one connection per concurrently served election, at most
-eight), so one hung statement never delays another election's renewal.
+Acquisitions and releases ``pg_notify`` the channel ``leaderd_<table>``; a dedicated
+connection LISTENs so that standbys wake at once. Requests share a small pool (one
+connection per concurrently served election, at most eight), so one hung statement never
+delays another election's renewal. Every request runs in pgconn.request, the one error
+boundary, on sessions that commit durably (pgconn.connect).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
-import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import asyncpg
 
-from .base import Backend, BackendError, BackendUnavailable, Candidate, Lease
-from .pgcommon import DRIVER_ERRORS, Deadline, Listener, PgSettings, close_quietly, notify_channel
-
-log = logging.getLogger(__name__)
+from .base import Backend, BackendUnavailable, Candidate, Lease
+from .pgconn import Closer, Deadline, close_quietly, connect, ensure_table, request, version_sql
+from .pglisten import Listener, notify_channel
+from .pgsettings import PgSettings
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS {t} (
     election    text PRIMARY KEY,
-    holder      text,                         -- NULL when released
+    holder      text,                         -- node id; NULL when released
+    instance    text NOT NULL DEFAULT '',     -- the holder's process token
     address     text NOT NULL DEFAULT '',
     term        bigint NOT NULL,              -- fencing token; never decreases
     acquired_at timestamptz,                  -- start of the current holder's term
     renewed_at  timestamptz,
-    expires_at  timestamptz NOT NULL          -- server clock; free once <= now()
+    expires_at  timestamptz NOT NULL,         -- server clock; over once <= now()
+    version     bigint NOT NULL DEFAULT 0     -- +1 on every write, renewals too
 )
 """
+# Columns an older leaderd's table lacks (added on open).
+_UPGRADE = {"instance": "text NOT NULL DEFAULT ''", "version": "bigint NOT NULL DEFAULT 0"}
 
-_LEASE_COLUMNS = """
-    CASE WHEN expires_at > now() THEN holder END AS holder, address, term, acquired_at,
-    extract(epoch FROM expires_at - now())::float8 AS expires_in"""
+_LEASE_COLUMNS = f"""
+    l.holder, l.instance, l.address, l.term, l.acquired_at, {version_sql("l")} AS version,
+    GREATEST(0, extract(epoch FROM l.expires_at - now()))::float8 AS expires_in"""
 
-# $1 election, $2 holder, $3 address, $4 ttl seconds, $5 channel.
-_ACQUIRE = """
+_MINE = "(l.holder = excluded.holder AND l.instance = excluded.instance)"
+# $1 election, $2 node id, $3 instance, $4 address, $5 ttl seconds, $6 channel,
+# $7 takeover (the version the engine watched for one ttl, or ''), $8 min_term.
+_ACQUIRE = f"""
 WITH cas AS (
-    INSERT INTO {t} AS l (election, holder, address, term, acquired_at, renewed_at, expires_at)
-    VALUES ($1, $2, $3, 1, now(), now(), now() + make_interval(secs => $4))
+    INSERT INTO {{t}} AS l (election, holder, instance, address, term, acquired_at, renewed_at,
+                           expires_at, version)
+    VALUES ($1, $2, $3, $4, GREATEST(1, $8::bigint), now(), now(),
+            now() + make_interval(secs => $5::float8), 1)
     ON CONFLICT (election) DO UPDATE SET
-        holder = excluded.holder,
-        address = excluded.address,
-        term = CASE WHEN l.holder = excluded.holder AND l.expires_at > now()
-                    THEN l.term ELSE l.term + 1 END,
-        acquired_at = CASE WHEN l.holder = excluded.holder AND l.expires_at > now()
+        term = CASE WHEN {_MINE} AND l.expires_at > now()
+                    THEN l.term ELSE GREATEST(l.term + 1, $8::bigint) END,
+        acquired_at = CASE WHEN {_MINE} AND l.expires_at > now()
                            THEN l.acquired_at ELSE now() END,
-        renewed_at = now(),
-        expires_at = excluded.expires_at
-    WHERE l.holder = excluded.holder OR l.holder IS NULL OR l.expires_at <= now()
-    RETURNING l.*
+        holder = excluded.holder, instance = excluded.instance, address = excluded.address,
+        renewed_at = now(), expires_at = excluded.expires_at, version = l.version + 1
+    WHERE l.holder IS NULL OR {_MINE}
+       OR (l.expires_at <= now() AND {version_sql("l")} = $7::text)
+    RETURNING {{cols}}
 )
-SELECT {cols},
-    CASE WHEN acquired_at = now() THEN pg_notify($5, term || ' acquired ' || $1)::text END
+SELECT *, CASE WHEN acquired_at = now()
+    THEN pg_notify($6, term || ' acquired ' || $1)::text END AS notified
 FROM cas
 UNION ALL
-SELECT {cols}, NULL FROM {t} WHERE election = $1 AND NOT EXISTS (SELECT FROM cas)
+SELECT {{cols}}, NULL FROM {{t}} AS l WHERE election = $1 AND NOT EXISTS (SELECT FROM cas)
 """
 
-_OBSERVE = "SELECT {cols} FROM {t} WHERE election = $1"
+_OBSERVE = "SELECT {cols} FROM {t} AS l WHERE election = $1"
 
-# $1 election, $2 holder, $3 term, $4 channel.
+# $1 election, $2 node id, $3 instance, $4 term, $5 channel.
 _RELEASE = """
 WITH released AS (
-    UPDATE {t} SET holder = NULL, address = '', renewed_at = now(), expires_at = now()
-    WHERE election = $1 AND holder = $2 AND term = $3
+    UPDATE {t} AS l SET holder = NULL, instance = '', address = '', renewed_at = now(),
+        expires_at = now(), version = l.version + 1
+    WHERE election = $1 AND holder = $2 AND instance = $3 AND term = $4
     RETURNING election, term
 )
-SELECT pg_notify($4, term || ' released ' || election)::text FROM released
+SELECT pg_notify($5, term || ' released ' || election)::text FROM released
 """
 
 _DEFAULT_TIMEOUT = 5.0  # observe and release have no timeout argument
@@ -118,22 +126,31 @@ class PostgresLeaseBackend(Backend):
     async def open(self, elections: Sequence[str]) -> None:
         self._pool.size = max(1, min(len(elections), _MAX_POOL))
         self._listener.start()
-        await self._request("creating the lease table", _DEFAULT_TIMEOUT, self._noop)
+        await self._request("creating the lease table", _DEFAULT_TIMEOUT, "")
         await self._listener.ready(self._pg.connect_timeout)
 
     async def observe(self, election: str) -> Lease:
         rows = await self._request(
-            "reading the lease", _DEFAULT_TIMEOUT, self._fetch, self._sql_observe, election
+            "reading the lease", _DEFAULT_TIMEOUT, self._sql_observe, election
         )
         return self._saw(_lease(election, rows[0] if rows else None))
 
     async def acquire_or_renew(
-        self, election: str, candidate: Candidate, ttl: float, timeout: float, wait: float = 0.0
+        self,
+        election: str,
+        candidate: Candidate,
+        ttl: float,
+        timeout: float,
+        wait: float = 0.0,
+        *,
+        takeover: str = "",
+        min_term: int = 0,
     ) -> Lease:
-        args = (election, candidate.node_id, candidate.address, float(ttl), self._listener.channel)
+        me = candidate
+        args = (election, me.node_id, me.instance, me.address, float(ttl), self._listener.channel)
         for _ in range(3):
             rows = await self._request(
-                "acquiring the lease", timeout, self._fetch, self._sql_acquire, *args
+                "acquiring the lease", timeout, self._sql_acquire, *args, takeover, min_term
             )
             if rows:
                 return self._saw(_lease(election, rows[0]))
@@ -144,10 +161,10 @@ class PostgresLeaseBackend(Backend):
         await self._request(
             "releasing the lease",
             _DEFAULT_TIMEOUT,
-            self._fetch,
             self._sql_release,
             election,
             candidate.node_id,
+            candidate.instance,
             term,
             self._listener.channel,
         )
@@ -163,57 +180,25 @@ class PostgresLeaseBackend(Backend):
         self._listener.saw(lease.election, lease.term, held=lease.holder is not None)
         return lease
 
-    # -- requests ---------------------------------------------------------------
+    async def _request(self, doing: str, timeout: float, sql: str, *args: Any) -> list[Any]:
+        """Run ``sql`` ("" for none) on a pooled connection, all within ``timeout``."""
+        async with request(self._pg, doing, timeout):
+            deadline = Deadline(timeout)
+            try:
+                return await self._attempt(deadline, sql, *args)
+            except _CLOSED:
+                # The server closed a pooled connection (restart, terminate): retry once on
+                # a new one. Harmless even if the first one was applied: a repeated
+                # acquisition is this instance's renewal, a repeated release a no-op.
+                return await self._attempt(deadline, sql, *args)
 
-    async def _request(self, doing: str, timeout: float, op: Any, *args: Any) -> Any:
-        """Run ``op(conn, *args)`` on a pooled connection, all within ``timeout``."""
-        if timeout <= 0:
-            raise BackendUnavailable(f"{doing} on {self.description}: no time left")
-        deadline = Deadline(timeout)
-        try:
-            async with asyncio.timeout(timeout):
-                try:
-                    return await self._attempt(deadline, op, *args)
-                except _CLOSED:
-                    # The server closed a pooled connection (restart, terminate): retry once
-                    # on a new one. Harmless even if the first one was applied: a repeated
-                    # acquisition is a renewal, a repeated release a no-op.
-                    return await self._attempt(deadline, op, *args)
-        except TimeoutError:
-            raise BackendUnavailable(
-                f"{doing} on {self.description}: timed out after {timeout:.3g}s"
-            ) from None
-        except BackendError:
-            raise
-        except DRIVER_ERRORS as exc:
-            raise self._pg.error(exc, doing) from None
-
-    async def _attempt(self, deadline: Deadline, op: Any, *args: Any) -> Any:
+    async def _attempt(self, deadline: Deadline, sql: str, *args: Any) -> list[Any]:
         async with self._pool.connection(deadline) as conn:
             if not self._table_ready:
-                await self._create_table(conn)
-            return await op(conn, *args)
-
-    @staticmethod
-    async def _fetch(conn: Any, sql: str, *args: Any) -> list[Any]:
-        rows: list[Any] = await conn.fetch(sql, *args)
-        return rows
-
-    @staticmethod
-    async def _noop(conn: Any) -> None:
-        return None
-
-    async def _create_table(self, conn: Any) -> None:
-        exists = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", self._pg.qualified_table)
-        if not exists:
-            # Two daemons may race to create it; the loser sees the winner's table.
-            with contextlib.suppress(
-                asyncpg.DuplicateTableError,
-                asyncpg.DuplicateObjectError,
-                asyncpg.UniqueViolationError,
-            ):
-                await conn.execute(_SCHEMA.format(t=self._pg.qualified_table))
-        self._table_ready = True
+                await ensure_table(self._pg, conn, _SCHEMA, _UPGRADE)
+                self._table_ready = True
+            rows: list[Any] = await conn.fetch(sql, *args) if sql else []
+            return rows
 
 
 class _Pool:
@@ -225,7 +210,7 @@ class _Pool:
         self._busy = 0
         self._free = asyncio.Condition()
         self._idle: list[Any] = []
-        self._closing: set[asyncio.Task[None]] = set()
+        self._closer = Closer()
 
     @contextlib.asynccontextmanager
     async def connection(self, deadline: Deadline) -> AsyncIterator[Any]:
@@ -233,11 +218,11 @@ class _Pool:
             await self._free.wait_for(lambda: self._busy < self.size)
             self._busy += 1
         try:
-            conn = self._take_idle() or await self._pg.connect(deadline.left(), {})
+            conn = self._take_idle() or await connect(self._pg, deadline.left())
             try:
                 yield conn
             except BaseException:
-                self._discard(conn)
+                self._closer.close(conn)  # after asyncpg's cancel of the running statement
                 raise
             self._idle.append(conn)
         finally:
@@ -252,31 +237,25 @@ class _Pool:
                 return conn
         return None
 
-    def _discard(self, conn: Any) -> None:
-        """Close in the background, after asyncpg's cancel of the running statement."""
-        if conn.is_closed():
-            return
-        task = asyncio.get_running_loop().create_task(close_quietly(conn))
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
-
     async def close(self) -> None:
         idle, self._idle = self._idle, []
-        await asyncio.gather(*(close_quietly(c) for c in idle), *self._closing)
+        await asyncio.gather(*(close_quietly(c) for c in idle), self._closer.wait())
 
 
 def _lease(election: str, row: Any) -> Lease:
+    """The lease a row shows. An expired lease still names its holder (expires_in 0): it
+    was never released, and only the takeover rule may end it."""
     if row is None:  # never held
         return Lease(election, None, "", 0, None, None)
-    holder: str | None = row["holder"]
-    if holder is None:
+    if row["holder"] is None:  # released: the term is kept
         return Lease(election, None, "", int(row["term"]), None, None)
-    acquired_at: dt.datetime | None = row["acquired_at"]
     return Lease(
         election,
-        holder,
+        row["holder"],
         row["address"],
         int(row["term"]),
-        acquired_at,
+        row["acquired_at"],
         max(0.0, float(row["expires_in"])),
+        instance=row["instance"],
+        version=row["version"],
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -12,6 +13,7 @@ import pytest
 
 from leaderd.backends import BackendUnavailable, Candidate
 from leaderd.backends.advisory import PostgresAdvisoryBackend, advisory_key
+from leaderd.backends.pglisten import notify_channel
 from tests.pgserver import PgServer
 from tests.postgres.helpers import Stopwatch, admin, opened, unique
 
@@ -76,11 +78,11 @@ async def test_terminated_holder_steps_down_and_a_waiter_takes_over(
         took_over = time.monotonic() - t0
         await asyncio.wait_for(holder_wakes, 1)  # the termination listener woke it at once
         assert time.monotonic() - t0 < 0.5
-        assert theirs.held_by(B.node_id) and theirs.term == mine.term + 1
+        assert theirs.held_by(B) and theirs.term == mine.term + 1
         print(f"\nadvisory: holder terminated -> waiter holds in {took_over * 1000:.1f} ms")
         assert took_over < 0.5
         after = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
-        assert not after.held_by(A.node_id)
+        assert not after.held_by(A)
         seen = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
         assert seen.holder == B.node_id and seen.term == theirs.term
 
@@ -102,10 +104,16 @@ async def test_by_default_a_waiter_waits_out_a_terminated_holders_lease(
         assert pending.holder == A.node_id and pending.term == mine.term
         assert pending.expires_in is not None and 0 < pending.expires_in <= ttl
         assert await lock_pids(other, e) == [session_pid(b, e)], "the successor keeps the lock"
+        # Naming the version is not enough while the lease lasts on the server's clock ...
+        too_soon = await b.acquire_or_renew(e, B, ttl=ttl, timeout=5, takeover=pending.version)
+        assert not too_soon.held_by(B) and too_soon.holder == A.node_id
         await asyncio.sleep(pending.expires_in)
-        theirs = await b.acquire_or_renew(e, B, ttl=ttl, timeout=5)
+        # ... and its end is not enough without naming the version (DESIGN §1.3).
+        unnamed = await b.acquire_or_renew(e, B, ttl=ttl, timeout=5)
+        assert unnamed.expired and unnamed.version == pending.version
+        theirs = await b.acquire_or_renew(e, B, ttl=ttl, timeout=5, takeover=pending.version)
         waited = time.monotonic() - t0
-        assert theirs.held_by(B.node_id) and theirs.term == mine.term + 1
+        assert theirs.held_by(B) and theirs.term == mine.term + 1
         print(f"\nadvisory: holder terminated -> successor claims after {waited * 1000:.0f} ms")
         assert waited >= ttl * 0.8  # no sooner than the holder's lease allowed
 
@@ -118,7 +126,7 @@ async def test_a_clean_release_needs_no_wait(pg_server: PgServer) -> None:
         await asyncio.sleep(0.1)
         await a.release(e, A, mine.term)
         theirs = await asyncio.wait_for(waiter, 2)
-        assert theirs.held_by(B.node_id) and theirs.term == mine.term + 1
+        assert theirs.held_by(B) and theirs.term == mine.term + 1
 
 
 async def test_waiters_that_lose_the_race_name_the_new_holder_at_once(
@@ -172,33 +180,66 @@ async def test_a_silent_leaders_session_ends_one_ttl_after_its_last_keepalive(
     async with opened(u, e) as a, opened(u, e) as b:
         t_send = time.monotonic()
         mine = await a.acquire_or_renew(e, A, ttl=1.0, timeout=5)
-        assert mine.held_by(A.node_id)
-        theirs = await b.acquire_or_renew(e, B, ttl=1.0, timeout=5, wait=3)
+        assert mine.held_by(A)
+        granted = await b.acquire_or_renew(e, B, ttl=1.0, timeout=5, wait=3)
         waited = time.monotonic() - t_send
-        assert theirs.held_by(B.node_id) and theirs.term == mine.term + 1
+        # The lock passed on; the unreleased row is taken over by naming its version.
+        assert (granted.holder, granted.term) == (A.node_id, mine.term), granted
         assert 1.0 <= waited < 1.8, waited
+        await asyncio.sleep(granted.expires_in or 0.0)
+        theirs = await b.acquire_or_renew(e, B, ttl=1.0, timeout=5, takeover=granted.version)
+        assert theirs.held_by(B) and theirs.term == mine.term + 1
 
 
-async def test_a_stuck_keepalive_reports_not_held_and_keeps_the_lock_until_asked_again(
+async def test_a_stuck_keepalive_fails_and_keeps_the_lock_while_the_leader_may_lead(
     pg: PgServer,
 ) -> None:
-    u, e = url(pg), unique()
-    async with opened(u, e) as a, opened(u, e) as b, admin(pg) as other:
-        await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+    """A keepalive in doubt is a failure (the engine keeps its last error, and leads only
+    until its deadline), not a "not held" answer; the session, and its lock, are kept."""
+    u, e, ttl = url(pg), unique(), 5.0
+    async with opened(u, e) as a, admin(pg) as other:
+        mine = await a.acquire_or_renew(e, A, ttl=ttl, timeout=5)
         pid = session_pid(a, e)
         os.kill(pid, signal.SIGSTOP)  # the server side of the session hangs
         try:
-            with Stopwatch() as sw:
-                lease = await a.acquire_or_renew(e, A, ttl=15, timeout=0.5)
-            assert not lease.held_by(A.node_id) and sw.elapsed < 0.8
-            # Not released behind the engine's back: the lock is still the old session's.
-            assert await lock_pids(other, e) == [pid]
+            for _ in range(2):
+                with Stopwatch() as sw, pytest.raises(BackendUnavailable, match="timed out"):
+                    await a.acquire_or_renew(e, A, ttl=ttl, timeout=0.5)
+                assert sw.elapsed < 0.8
+                # Not freed behind the engine's back: the lock is still the session's.
+                assert await lock_pids(other, e) == [pid]
         finally:
             os.kill(pid, signal.SIGCONT)
-        # The next call closes the doubtful session; then B can have the lock.
-        await a.acquire_or_renew(e, A, ttl=15, timeout=5)
-        theirs = await b.acquire_or_renew(e, B, ttl=15, timeout=5, wait=2)
-        assert theirs.held_by(B.node_id) or theirs.holder == A.node_id
+        again = await a.acquire_or_renew(e, A, ttl=ttl, timeout=5)
+        assert again.held_by(A) and again.term == mine.term and session_pid(a, e) == pid
+
+
+async def test_a_keepalive_in_doubt_past_one_ttl_lets_the_session_go(pg: PgServer) -> None:
+    """Once the engine's deadline has passed (one ttl after the last renewal was sent),
+    the doubtful session is closed and the lock campaigned for anew: a new term."""
+    u, e, ttl = url(pg), unique(), 1.0
+    async with opened(u, e) as a, admin(pg) as other:
+        mine = await a.acquire_or_renew(e, A, ttl=ttl, timeout=5)
+        pid = session_pid(a, e)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(BackendUnavailable):
+                await a.acquire_or_renew(e, A, ttl=ttl, timeout=0.3)
+            await asyncio.sleep(ttl)
+            with pytest.raises(BackendUnavailable):
+                await a.acquire_or_renew(e, A, ttl=ttl, timeout=0.3)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        lease = None
+        for _ in range(100):
+            with contextlib.suppress(BackendUnavailable):  # the old session still exiting
+                lease = await a.acquire_or_renew(e, A, ttl=ttl, timeout=2)
+                if lease.held_by(A):
+                    break
+            await asyncio.sleep(0.05)
+        assert lease is not None and lease.held_by(A), lease
+        assert lease.term == mine.term + 1 and await lock_pids(other, e) == [session_pid(a, e)]
+        assert session_pid(a, e) != pid
 
 
 async def test_a_hung_term_bump_gives_up_and_releases(pg_server: PgServer) -> None:
@@ -221,3 +262,71 @@ async def test_a_hung_term_bump_gives_up_and_releases(pg_server: PgServer) -> No
             assert await lock_pids(other, e) == []
         finally:
             await tx.rollback()
+
+
+async def test_a_release_commits_before_the_lock_is_freed(pg_server: PgServer) -> None:
+    """A standby blocked in the lock is granted it only once the release is committed: it
+    reads the released row and claims at once, instead of waiting out a lease that was
+    released (the unlock used to run inside the releasing transaction, before its commit)."""
+    table, e = unique("adv"), unique()
+    u = pg_server.dsn(scheme="postgresql+advisory", table=table)
+    async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
+        mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        # A commit that takes its time, as on a loaded server: a deferred trigger on the
+        # release's update runs at commit, after the statement.
+        await other.execute(f"""
+            CREATE FUNCTION {table}_slow() RETURNS trigger LANGUAGE plpgsql
+                AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$;
+            CREATE CONSTRAINT TRIGGER slow_commit AFTER UPDATE ON {table}
+                DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.holder IS NULL)
+                EXECUTE FUNCTION {table}_slow();
+        """)
+        waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5))
+        await asyncio.sleep(0.1)
+        await a.release(e, A, mine.term)
+        theirs = await asyncio.wait_for(waiter, 3)
+        assert theirs.held_by(B) and theirs.term == mine.term + 1, theirs
+
+
+async def test_a_late_acquired_notify_does_not_end_a_standbys_lock_wait(
+    pg_server: PgServer,
+) -> None:
+    table, e = unique("adv"), unique()
+    u = pg_server.dsn(scheme="postgresql+advisory", table=table)
+    async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
+        mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        # The engine's standby waits knowing term mine.term (min_term: its high-water + 1).
+        waiter = asyncio.create_task(
+            b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5, min_term=mine.term + 1)
+        )
+        await asyncio.sleep(0.2)
+        # The announcement of the term it already knows, delivered late.
+        payload = f"{mine.term} acquired {e}"
+        await other.execute("SELECT pg_notify($1, $2)", notify_channel(table), payload)
+        await asyncio.sleep(0.3)
+        assert not waiter.done(), f"old news ended the lock wait: {waiter.result()}"
+        await a.release(e, A, mine.term)
+        theirs = await asyncio.wait_for(waiter, 2)
+        assert theirs.held_by(B) and theirs.term == mine.term + 1
+
+
+async def test_a_reused_pid_is_not_taken_for_the_holders_session(pg_server: PgServer) -> None:
+    """The row names the holder's session by pid and start time: a successor whose session
+    has the dead holder's pid (the kernel reuses pids) still waits out that holder's lease,
+    and observers do not report the dead session's holder as live."""
+    table, e = unique("adv"), unique()
+    u = pg_server.dsn(scheme="postgresql+advisory", table=table)
+    async with opened(u, e) as a, opened(u, e) as b, opened(u, e) as c, admin(pg_server) as other:
+        mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5))
+        await asyncio.sleep(0.1)
+        await other.execute("SELECT pg_terminate_backend($1)", session_pid(a, e))
+        pending = await asyncio.wait_for(waiter, 2)
+        assert pending.holder == A.node_id and not pending.held_by(B)
+        # As if B's session had been given the dead session's pid:
+        sql = f"UPDATE {table} SET pid = $1 WHERE election = $2"
+        await other.execute(sql, session_pid(b, e), e)
+        again = await b.acquire_or_renew(e, B, ttl=15, timeout=5)
+        assert not again.held_by(B) and (again.holder, again.term) == (A.node_id, mine.term)
+        seen = await c.observe(e)
+        assert seen.holder == A.node_id and seen.expires_in is not None, seen  # not live

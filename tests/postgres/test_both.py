@@ -12,17 +12,12 @@ import pytest
 
 from leaderd.backends import BackendFatal, BackendUnavailable, Candidate, backend_from_url
 from tests.pgserver import PASSWORD, PASSWORD_USER, PgServer
-from tests.postgres.helpers import SCHEMES, Stopwatch, opened, unique, url
+from tests.postgres.helpers import Stopwatch, opened, unique, url
 
 pytestmark = pytest.mark.postgres
 
 A = Candidate("node-a", "10.0.0.1:80")
 B = Candidate("node-b", "10.0.0.2:80")
-
-
-@pytest.fixture(params=SCHEMES)
-def scheme(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 @pytest.fixture
@@ -37,20 +32,20 @@ async def test_fencing_term_increases_and_is_stored(
     u = url(pg_server, scheme, table=table)
     async with opened(u, e) as a, opened(u, e) as b:
         first = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
-        assert first.held_by(A.node_id) and first.term >= 1
+        assert first.held_by(A) and first.term >= 1
         assert first.address == A.address
         renewed = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
-        assert renewed.held_by(A.node_id) and renewed.term == first.term
+        assert renewed.held_by(A) and renewed.term == first.term
         seen = await b.acquire_or_renew(e, B, ttl=15, timeout=5)
         assert seen.holder == A.node_id and seen.term == first.term
         await a.release(e, A, first.term)
         released = await b.observe(e)
         assert released.holder is None and released.term == first.term
         second = await b.acquire_or_renew(e, B, ttl=15, timeout=5)
-        assert second.held_by(B.node_id) and second.term == first.term + 1
+        assert second.held_by(B) and second.term == first.term + 1
         await b.release(e, B, second.term)
         third = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
-        assert third.held_by(A.node_id) and third.term == second.term + 1
+        assert third.held_by(A) and third.term == second.term + 1
     # A new backend instance (a restarted daemon) sees the stored term.
     async with opened(u, e) as c:
         assert (await c.observe(e)).term == third.term
@@ -67,12 +62,12 @@ async def test_release_passes_to_a_waiter_within_a_round_trip(
         for i in range(10):
             leader, backend_l, standby, backend_s = (A, a, B, b) if i % 2 == 0 else (B, b, A, a)
             lease = await backend_l.acquire_or_renew(e, leader, ttl=15, timeout=5)
-            assert lease.held_by(leader.node_id)
+            assert lease.held_by(leader)
 
             async def follow(backend=backend_s, me=standby):  # type: ignore[no-untyped-def]
                 while True:  # the engine's follower loop
                     got = await backend.acquire_or_renew(e, me, ttl=15, timeout=10, wait=5)
-                    if got.held_by(me.node_id):
+                    if got.held_by(me):
                         return time.monotonic(), got
                     await backend.wait_for_change(e, 5)
 
@@ -105,16 +100,16 @@ async def test_server_restart_reconnects_and_terms_keep_increasing(
         while time.monotonic() < deadline:
             try:
                 lease = await a.acquire_or_renew(e, A, ttl=15, timeout=2)
-                if lease.held_by(A.node_id):
+                if lease.held_by(A):
                     break
             except BackendUnavailable:
                 pass
             await asyncio.sleep(0.1)
-        assert lease is not None and lease.held_by(A.node_id)
+        assert lease is not None and lease.held_by(A)
         assert lease.term >= first.term  # the lease row survived; the advisory lock did not
         await a.release(e, A, lease.term)
         other = await b.acquire_or_renew(e, B, ttl=15, timeout=5)
-        assert other.held_by(B.node_id) and other.term == lease.term + 1
+        assert other.held_by(B) and other.term == lease.term + 1
 
 
 async def test_server_stopped_requests_fail_within_the_timeout(
@@ -129,7 +124,7 @@ async def test_server_stopped_requests_fail_within_the_timeout(
             with Stopwatch() as sw:
                 try:
                     lease = await a.acquire_or_renew(e, A, ttl=15, timeout=1)
-                    assert not lease.held_by(A.node_id)  # the advisory session is gone
+                    assert not lease.held_by(A)  # the advisory session is gone
                 except BackendUnavailable as exc:
                     assert PASSWORD not in str(exc)
             assert sw.elapsed < 1.3

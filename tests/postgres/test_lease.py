@@ -39,7 +39,7 @@ async def test_a_hung_statement_gives_up_within_the_timeout(pg_server: PgServer)
         finally:
             await tx.rollback()
         again = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
-        assert again.held_by(A.node_id) and again.term == first.term
+        assert again.held_by(A) and again.term == first.term
 
 
 async def test_expires_in_comes_from_the_servers_clock(pg_server: PgServer) -> None:
@@ -52,8 +52,11 @@ async def test_expires_in_comes_from_the_servers_clock(pg_server: PgServer) -> N
         assert seen.holder == A.node_id
         assert seen.expires_in is not None and 1.3 < seen.expires_in < 1.6
         await asyncio.sleep(seen.expires_in + 0.05)  # what a follower does
-        taken = await b.acquire_or_renew(e, B, ttl=2, timeout=5)
-        assert taken.held_by(B.node_id) and taken.term == mine.term + 1
+        expired = await b.observe(e)  # over on the server's clock, still named
+        assert expired.expired and expired.holder == A.node_id and expired.version
+        # The engine names the version it watched for one ttl (DESIGN §1.3).
+        taken = await b.acquire_or_renew(e, B, ttl=2, timeout=5, takeover=expired.version)
+        assert taken.held_by(B) and taken.term == mine.term + 1
 
 
 async def test_lost_listen_connection_falls_back_to_polling(pg_server: PgServer) -> None:
@@ -91,4 +94,4 @@ async def test_a_terminated_request_connection_is_replaced_transparently(
         assert killed >= 1
         await asyncio.sleep(0.05)
         again = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
-        assert again.held_by(A.node_id) and again.term == first.term
+        assert again.held_by(A) and again.term == first.term

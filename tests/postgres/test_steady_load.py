@@ -7,12 +7,12 @@ import asyncio
 import time
 from typing import Any
 
+import asyncpg
 import pytest
 
 from leaderd.backends import Backend, BackendError, Candidate
-from leaderd.backends.pgcommon import PgSettings
 from tests.pgserver import PgServer
-from tests.postgres.helpers import SCHEMES, opened, unique
+from tests.postgres.helpers import opened, unique
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -29,7 +29,7 @@ async def node(backend: Backend, me: Candidate, e: str, stop: asyncio.Event) -> 
         except BackendError:
             await asyncio.sleep(RETRY)
             continue
-        if lease.held_by(me.node_id):
+        if lease.held_by(me):
             await asyncio.sleep(max(0.0, t_send + RENEW - time.monotonic()))
         else:
             period = min(RENEW, lease.expires_in if lease.expires_in is not None else RENEW)
@@ -40,15 +40,15 @@ async def test_steady_state_queries_per_node(
     pg_server: PgServer, scheme: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     counts: dict[str, int] = {}
-    connect = PgSettings.connect
+    connect = asyncpg.connect
 
-    async def counting_connect(self: PgSettings, timeout: float, settings: dict[str, str]) -> Any:
-        conn = await connect(self, timeout, settings)
-        name = self.application_name
+    async def counting_connect(*args: Any, **kwargs: Any) -> Any:
+        conn = await connect(*args, **kwargs)
+        name = kwargs["server_settings"]["application_name"]
         conn.add_query_logger(lambda record: counts.__setitem__(name, counts.get(name, 0) + 1))
         return conn
 
-    monkeypatch.setattr(PgSettings, "connect", counting_connect)
+    monkeypatch.setattr(asyncpg, "connect", counting_connect)
     e, table = unique(), unique("t")
     stop = asyncio.Event()
     async with (
@@ -74,8 +74,3 @@ async def test_steady_state_queries_per_node(
         + ", ".join(f"{n} {q:.2f}" for n, q in sorted(qps.items()))
     )
     assert all(q <= 1.0 for q in qps.values()), qps
-
-
-@pytest.fixture(params=SCHEMES)
-def scheme(request: pytest.FixtureRequest) -> str:
-    return str(request.param)

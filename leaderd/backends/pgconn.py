@@ -1,0 +1,203 @@
+"""PostgreSQL connections: the one error boundary, durable sessions, and the tables.
+
+Every request either backend sends runs inside ``request()``: the only place where a
+driver, socket or timeout error becomes the backend's own (``BackendUnavailable`` or
+``BackendFatal``, redacted). A session that writes leases commits durably whatever the
+server's default is, and a read-only or recovering server is refused (DESIGN §1.4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import asyncpg
+
+from .base import BackendError, BackendFatal, BackendUnavailable
+from .pgsettings import PgSettings
+
+# Everything asyncpg may raise for a failed request: socket errors (OSError, which includes
+# TimeoutError and ConnectionResetError), an EOF in the startup handshake, server errors,
+# client state errors, and InternalClientError (a protocol state error after the server
+# went away mid-statement), which derives from none of the others.
+DRIVER_ERRORS = (
+    OSError,
+    EOFError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+)
+
+# SQLSTATE classes that retrying cannot fix: bad credentials (28), no such database (3D)
+# or schema (3F), privileges/undefined objects/syntax (42), bad parameter values (22).
+_FATAL_CLASSES = ("28", "3D", "3F", "42", "22")
+_READ_ONLY = "25006"  # read_only_sql_transaction: a standby, or default_transaction_read_only
+
+# One round trip when a writing session starts: refuse a server that cannot take a durable
+# write, and raise synchronous_commit to at least "on" (never lower a stronger remote_apply).
+_PREPARE_WRITER = """
+SELECT pg_is_in_recovery() AS in_recovery,
+       current_setting('transaction_read_only') = 'on' AS read_only,
+       CASE WHEN current_setting('synchronous_commit') IN ('off', 'local', 'remote_write')
+            THEN set_config('synchronous_commit', 'on', false)
+            ELSE current_setting('synchronous_commit') END AS synchronous_commit
+"""
+_COLUMNS = """
+SELECT array_agg(attname::text) FROM pg_attribute
+WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped
+"""
+
+
+def translate(pg: PgSettings, exc: BaseException, doing: str) -> BackendError:
+    """A driver, socket or timeout exception as the backend's own, redacted."""
+    if isinstance(exc, BackendError):
+        return exc
+    if isinstance(exc, TimeoutError):
+        return BackendUnavailable(f"{doing} on {pg.description}: timed out")
+    reason = pg.scrub(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+    message = f"{doing} on {pg.description}: {reason}"
+    sqlstate = getattr(exc, "sqlstate", None) or ""
+    if sqlstate == _READ_ONLY:
+        return BackendUnavailable(f"{message} (the server is read-only: leaderd needs the primary)")
+    fatal = sqlstate[:2] in _FATAL_CLASSES or isinstance(
+        exc, asyncpg.ClientConfigurationError | asyncpg.UnsupportedServerFeatureError
+    )
+    return BackendFatal(message) if fatal else BackendUnavailable(message)
+
+
+@contextlib.asynccontextmanager
+async def request(pg: PgSettings, doing: str, timeout: float | None = None) -> AsyncIterator[None]:
+    """The error boundary of one PostgreSQL request, bounded by ``timeout`` seconds (None:
+    no bound of its own). No driver exception leaves it untranslated; cancellation passes."""
+    if timeout is not None and timeout <= 0:
+        raise BackendUnavailable(f"{doing} on {pg.description}: no time left")
+    try:
+        async with asyncio.timeout(timeout):
+            yield
+    except TimeoutError:
+        after = f" after {timeout:.3g}s" if timeout is not None else ""
+        raise BackendUnavailable(f"{doing} on {pg.description}: timed out{after}") from None
+    except BackendError:
+        raise
+    except DRIVER_ERRORS as exc:
+        raise translate(pg, exc, doing) from None
+
+
+async def connect(
+    pg: PgSettings,
+    timeout: float,
+    server_settings: Mapping[str, str] | None = None,
+    *,
+    writer: bool = True,
+) -> Any:
+    """Open one connection within ``timeout`` (and ``connect_timeout``). A ``writer`` (every
+    session but LISTEN's) commits durably and refuses a read-only or recovering server."""
+    settings = {"application_name": pg.application_name, **(server_settings or {})}
+    async with request(pg, "connecting", min(timeout, pg.connect_timeout)):
+        conn = await asyncpg.connect(
+            pg.dsn, server_settings=settings, statement_cache_size=20, command_timeout=None
+        )
+        try:
+            if writer:
+                await _prepare_writer(pg, conn)
+        except BaseException:
+            conn.terminate()
+            raise
+        return conn
+
+
+async def _prepare_writer(pg: PgSettings, conn: Any) -> None:
+    row = await conn.fetchrow(_PREPARE_WRITER)
+    if row["in_recovery"]:
+        raise BackendUnavailable(
+            f"{pg.description} is a standby in recovery (read-only): leaderd writes leases "
+            "on the primary only; retrying, a failover may promote it"
+        )
+    if row["read_only"]:
+        raise BackendUnavailable(
+            f"{pg.description} is read-only (default_transaction_read_only is on): leaderd "
+            "writes leases on a writable primary only; retrying"
+        )
+
+
+async def ensure_table(pg: PgSettings, conn: Any, create: str, columns: Mapping[str, str]) -> None:
+    """Create the table if it is missing, and add the ``columns`` (name: type and default)
+    that an older leaderd's table lacks: an upgrade needs no manual step."""
+    table = pg.qualified_table
+    have = await conn.fetchval(_COLUMNS, table)
+    if have is None:
+        # Two daemons may race to create it; the loser sees the winner's table.
+        with contextlib.suppress(
+            asyncpg.DuplicateTableError, asyncpg.DuplicateObjectError, asyncpg.UniqueViolationError
+        ):
+            await conn.execute(create.format(t=table))
+        return
+    missing = [name for name in columns if name not in have]
+    if not missing:
+        return
+    alter = f"ALTER TABLE {table} " + ", ".join(
+        f"ADD COLUMN IF NOT EXISTS {name} {columns[name]}" for name in missing
+    )
+    try:
+        async with conn.transaction():
+            await conn.execute("SET LOCAL lock_timeout = '5s'")
+            await conn.execute(alter)
+    except asyncpg.InsufficientPrivilegeError:
+        raise BackendFatal(
+            f"{pg.description}: table {table} lacks the columns {', '.join(missing)} that this "
+            f"leaderd needs, and this role may not add them; as the table's owner run: {alter}"
+        ) from None
+
+
+class Deadline:
+    """A monotonic deadline for one request: what is left of ``timeout``."""
+
+    def __init__(self, timeout: float) -> None:
+        self.at = time.monotonic() + max(0.0, timeout)
+
+    def left(self) -> float:
+        return max(0.0, self.at - time.monotonic())
+
+
+def quote_literal_ms(seconds: float) -> str:
+    """A GUC duration in whole milliseconds, at least 1 (0 would mean 'no limit')."""
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
+async def close_quietly(conn: Any, timeout: float = 2.0) -> None:
+    """Close gracefully (after asyncpg's cancel of a running statement), else abort."""
+    try:
+        await conn.close(timeout=timeout)
+    except (*DRIVER_ERRORS, TimeoutError):
+        conn.terminate()
+
+
+class Closer:
+    """Closes connections in the background, so that a request never waits for asyncpg's
+    cancel of a statement still running; ``wait`` for them all when shutting down."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def close(self, conn: Any) -> None:
+        if conn is None or conn.is_closed():
+            return
+        task = asyncio.get_running_loop().create_task(close_quietly(conn))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def wait(self) -> None:
+        await asyncio.gather(*self._tasks)
+
+
+def version_sql(alias: str) -> str:
+    """The lease's ``version`` as leaderd reports it: the row's write counter, which every
+    write by this leaderd moves, and the expiry in microseconds, which also moves under a
+    leaderd older than that counter (a rolling upgrade): no renewal goes unseen."""
+    return (
+        f"({alias}.version::text || '.' || "
+        f"coalesce(floor(extract(epoch FROM {alias}.expires_at) * 1000000)::bigint, 0)::text)"
+    )

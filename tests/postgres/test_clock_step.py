@@ -1,0 +1,195 @@
+"""Issue 10, path 6: the PostgreSQL server's clock steps forward under running daemons.
+
+The server runs under libfaketime with an offset file (FAKETIME_TIMESTAMP_FILE), so its
+wall clock — now(), which judges expiry — jumps by an hour while it runs; the daemons'
+clocks are untouched. Every live lease is then expired on the server, but a standby may
+take over only a version it has watched unchanged for one ttl on its own clock (DESIGN
+§1.3): a renewing leader keeps its lease, and no instant has two leaders.
+"""
+
+from __future__ import annotations
+
+import glob
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from leaderd.backends.advisory import advisory_key
+from tests.daemons import Daemon, leaders, short_tempdir, wait_for
+from tests.pgserver import PgServer
+from tests.postgres.helpers import unique
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+TTL = 2.0
+STEP = 3600  # seconds the server's clock jumps forward
+
+
+class FakeTimeServer(PgServer):
+    """A PostgreSQL server whose wall clock can be stepped while it runs."""
+
+    def __init__(self) -> None:
+        libs = glob.glob("/usr/lib/*/faketime/libfaketime.so.1")
+        if not libs:
+            raise AssertionError("libfaketime is needed: apt-get install libfaketime")
+        self.offset_dir = Path(tempfile.mkdtemp(prefix="leaderd-faketime-"))
+        self.offset_dir.chmod(0o755)  # the postgres user reads the offset file
+        self.offset_file = self.offset_dir / "offset"
+        self.step(0)
+        env = {
+            "LD_PRELOAD": libs[0],
+            "FAKETIME_TIMESTAMP_FILE": str(self.offset_file),
+            "FAKETIME_NO_CACHE": "1",  # read the offset at every call: a step is at once
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",  # the server's timeouts keep real time
+        }
+        super().__init__(env=env)
+
+    def step(self, seconds: int) -> None:
+        tmp = self.offset_file.with_suffix(".new")
+        tmp.write_text(f"{seconds:+d}\n")
+        tmp.chmod(0o644)
+        tmp.replace(self.offset_file)  # whole, never half-written
+
+    def server_now(self) -> float:
+        return float(self.psql("SELECT extract(epoch FROM now())"))
+
+    def cleanup(self) -> None:
+        super().cleanup()
+        shutil.rmtree(self.offset_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeTimeServer]:
+    pg = FakeTimeServer()
+    try:
+        yield pg
+    finally:
+        pg.cleanup()
+
+
+def is_leader(daemon: Daemon, timeout: float = 0.05) -> bool | None:
+    """HEAD /leader over the daemon's socket, fast enough to sample every few ms; None
+    when it does not answer in time (stopped)."""
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(timeout)
+            s.connect(daemon.socket)
+            s.sendall(b"HEAD /leader HTTP/1.1\r\nHost: leaderd\r\nConnection: close\r\n\r\n")
+            status = s.recv(64).split(b" ", 2)[1]
+    except (OSError, IndexError):
+        return None
+    return status == b"200"
+
+
+class Sampler(threading.Thread):
+    """Asks both daemons "are you the leader?" back to back, over and over."""
+
+    def __init__(self, a: Daemon, b: Daemon) -> None:
+        super().__init__(daemon=True)
+        self.a, self.b = a, b
+        self.samples: list[tuple[float, bool | None, bool | None]] = []
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            self.samples.append((time.monotonic(), is_leader(self.a), is_leader(self.b)))
+            time.sleep(0.002)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+
+    def overlaps(self) -> list[float]:
+        return [t for t, a, b in self.samples if a and b]
+
+
+@pytest.fixture
+def pair(server: FakeTimeServer, request: pytest.FixtureRequest) -> Iterator[list[Daemon]]:
+    server.step(0)
+    url = server.dsn(scheme=request.param, table=unique("step"))
+    workdir = short_tempdir()
+    daemons = [Daemon(f"node-{i}", url, workdir=workdir, ttl=TTL).start() for i in range(2)]
+    try:
+        for d in daemons:
+            d.wait_ready()
+        yield daemons
+    finally:
+        for d in daemons:
+            if d.alive():
+                d.signal(signal.SIGCONT)
+            d.kill()
+        server.step(0)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def leader_and_standby(daemons: list[Daemon]) -> tuple[Daemon, Daemon]:
+    found = wait_for(lambda: leaders(daemons), timeout=TTL + 3, what="a leader")
+    assert len(found) == 1
+    leader = found[0]
+    return leader, next(d for d in daemons if d is not leader)
+
+
+def stepped(server: FakeTimeServer) -> None:
+    before = server.server_now()
+    server.step(STEP)
+    assert server.server_now() - before > STEP - 5, "the server's clock did not step"
+
+
+@pytest.mark.parametrize("pair", ["postgresql"], indirect=True)
+def test_a_server_clock_step_does_not_cut_a_renewing_leaders_lease(
+    server: FakeTimeServer, pair: list[Daemon]
+) -> None:
+    leader, standby = leader_and_standby(pair)
+    sampler = Sampler(*pair)
+    sampler.start()
+    try:
+        time.sleep(1.0)
+        stepped(server)  # every expires_at is an hour in the past now
+        time.sleep(3 * TTL)  # the standby has watched the leader's version for a ttl, twice
+    finally:
+        sampler.stop()
+    assert not sampler.overlaps(), f"two leaders at {len(sampler.overlaps())} samples"
+    standby_led = [sample for sample in sampler.samples if sample[1 + pair.index(standby)]]
+    assert not standby_led, "the standby took over a lease its holder kept renewing"
+    assert leaders(pair) == [leader]
+    print(f"\nserver clock +{STEP}s: {len(sampler.samples)} samples, one leader throughout")
+
+
+@pytest.mark.parametrize("pair", ["postgresql+advisory"], indirect=True)
+def test_a_server_clock_step_and_an_ended_session_never_make_two_leaders(
+    server: FakeTimeServer, pair: list[Daemon]
+) -> None:
+    """takeover=wait: the server ends the leader's lock session while the leader is paused,
+    after its clock stepped forward. The standby is granted the lock at once, and the
+    row's lease is expired on the server; it claims only after watching that row's version
+    for one ttl, so the paused leader, resumed, has stepped down by then."""
+    leader, standby = leader_and_standby(pair)
+    sampler = Sampler(*pair)
+    sampler.start()
+    try:
+        time.sleep(1.0)
+        stepped(server)
+        leader.signal(signal.SIGSTOP)
+        key = advisory_key("default")
+        ended = server.psql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' "
+            f"AND granted AND objsubid = 1 AND ((classid::int8 << 32) | objid::int8) = {key}"
+        )
+        assert ended == "1"
+        time.sleep(0.3)
+        leader.signal(signal.SIGCONT)  # its first answers come before it hears of the end
+        wait_for(lambda: leaders(pair) == [standby], timeout=3 * TTL, what="the standby")
+        time.sleep(0.5)
+    finally:
+        leader.signal(signal.SIGCONT)
+        sampler.stop()
+    assert not sampler.overlaps(), f"two leaders at {len(sampler.overlaps())} samples"
+    assert any(a for _, a, _ in sampler.samples) and any(b for _, _, b in sampler.samples)
+    print(f"\nserver clock +{STEP}s, session ended: {len(sampler.samples)} samples, no overlap")
