@@ -19,8 +19,8 @@ $SUDO apt-get install -y -qq --no-install-recommends \
 # The .deb's runtime dependencies, for the test that runs the packaged daemon on
 # Debian's python3 (they go to /usr/lib/python3, not into any virtualenv).
 $SUDO apt-get install -y -qq --no-install-recommends \
-  python3-aiohttp python3-aiosqlite python3-asyncpg python3-prometheus-client \
-  python3-uvloop >/dev/null
+  python3-aiohttp python3-aiosqlite python3-asyncpg python3-jsonschema \
+  python3-prometheus-client python3-uvloop >/dev/null
 
 PYTHON="${PYTHON:-python3}"
 "$PYTHON" -m pip install -q --disable-pip-version-check \

@@ -11,6 +11,8 @@ command -v curl >/dev/null || missing+=(curl)
 # The suite starts its own PostgreSQL server with initdb/pg_ctl.
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v runuser >/dev/null || missing+=(util-linux)
+# Half-closing clients (printf ... | socat - UNIX-CONNECT:...) in tests/api.
+command -v socat >/dev/null || missing+=(socat)
 # The benchmark's smoke test compares against etcdctl elect on a real etcd.
 command -v etcd >/dev/null || missing+=(etcd-server)
 command -v etcdctl >/dev/null || missing+=(etcd-client)

@@ -20,7 +20,7 @@ COMMANDS = ("run", "status", "watch", "resign", "check-config")
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    command: list[str] = []
+    command: list[str] | None = None
     if "--" in args:
         split = args.index("--")
         args, command = args[:split], args[split + 1 :]
@@ -30,12 +30,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if parsed.command is None:
         _parser().print_help()
         return EXIT_USAGE
-    if command and parsed.command != "run":
+    if command is not None and parsed.command != "run":
         print(f"leaderd {parsed.command}: '-- COMMAND' only goes with run", file=sys.stderr)
+        return EXIT_USAGE
+    if command == []:
+        # leaderd@NAME runs `leaderd run ... -- $JOB_COMMAND`: an unset variable lands here.
+        print(
+            "leaderd run: no COMMAND after '--' (leaderd@NAME: set JOB_COMMAND in "
+            "/etc/leaderd/NAME.env)",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     try:
         if parsed.command == "run":
-            return _run(parsed, command)
+            return _run(parsed, command or [])
         handler = {
             "check-config": _check_config,
             "status": _status,
@@ -71,22 +79,41 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+_S, _DEFAULT_FILE = {"type": float, "metavar": "S"}, "/etc/leaderd/leaderd.toml if it exists"
+# (flags, argparse options) of run and check-config; help texts also fill the man page.
+_DAEMON_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+    (("-c", "--config"), {"dest": "config_file", "metavar": "FILE",
+                          "help": f"TOML configuration file (default: {_DEFAULT_FILE})"}),
+    (("--backend",), {"metavar": "URL", "help": "sqlite:///PATH, postgresql://..., "
+                      "postgresql+advisory://... or static:// (default: SQLite)"}),
+    (("--election",), {"dest": "elections", "action": "append", "metavar": "NAME",
+                       "help": "take part in election NAME (repeatable; default: default)"}),
+    (("--node-id",), {"metavar": "ID", "help": "this daemon's unique name (default: host name)"}),
+    (("--address",), {"metavar": "ADDR", "help": "published as leader.address while leading"}),
+    (("--socket",), {"metavar": "PATH", "help": "the API's Unix socket"}),
+    (("--socket-mode",), {"metavar": "MODE", "help": "the socket's permissions (default: 0660)"}),
+    (("--listen",), {"metavar": "HOST:PORT", "help": "also serve the API, read-only, on TCP"}),
+    (("--ttl",), {**_S, "help": "lease length (default: 15)"}),
+    (("--renew-interval",), {**_S, "help": "how often the leader renews (default: 5)"}),
+    (("--retry-interval",), {**_S, "help": "how often a follower tries (default: 2)"}),
+    (("--clock-drift",), {**_S, "help": "tolerated clock rate difference (default: 0.01)"}),
+    (("--safety-margin",), {**_S, "help": "taken off the local deadline (default: 0.2)"}),
+    (("--shutdown-timeout",), {**_S, "help": "bound on an orderly stop (default: 10)"}),
+    (("--kill-grace",), {**_S, "help": "SIGTERM to SIGKILL for COMMAND (default: 5)"}),
+    (("--on-exit",), {"choices": ("release", "restart"),
+                      "help": "when COMMAND exits: release the lease, or restart COMMAND"}),
+    (("--max-connections",), {"type": int, "metavar": "N",
+                              "help": "API connections per listener (default: 16384)"}),
+    (("--header-timeout",), {**_S, "help": "time to send a request's headers (default: 10)"}),
+    (("--keepalive-timeout",), {**_S, "help": "idle connections close after (default: 75)"}),
+    (("--log-format",), {"choices": ("text", "json"), "help": "text (default) or json"}),
+    (("--log-level",), {"metavar": "LEVEL", "help": "debug, info (default), warning, error"}),
+]  # fmt: skip
+
+
 def _daemon_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-c", "--config", dest="config_file", metavar="FILE")
-    p.add_argument("--backend", metavar="URL")
-    p.add_argument("--election", dest="elections", action="append", metavar="NAME")
-    p.add_argument("--node-id", metavar="ID")
-    p.add_argument("--address", metavar="ADDR")
-    p.add_argument("--socket", metavar="PATH")
-    p.add_argument("--socket-mode", metavar="MODE")
-    p.add_argument("--listen", metavar="HOST:PORT")
-    for name in ("ttl", "renew-interval", "retry-interval", "clock-drift", "safety-margin"):
-        p.add_argument(f"--{name}", type=float, metavar="S")
-    p.add_argument("--shutdown-timeout", type=float, metavar="S")
-    p.add_argument("--kill-grace", type=float, metavar="S")
-    p.add_argument("--on-exit", choices=("release", "restart"))
-    p.add_argument("--log-format", choices=("text", "json"))
-    p.add_argument("--log-level", metavar="LEVEL")
+    for flags, options in _DAEMON_OPTIONS:
+        p.add_argument(*flags, **options)
 
 
 def _client_options(p: argparse.ArgumentParser) -> None:

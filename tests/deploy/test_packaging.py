@@ -21,6 +21,7 @@ from ._tools import INSTALL_HINT, ROOT, project_version, require, require_module
 pytestmark = pytest.mark.deploy
 
 DEBIAN_PYTHON = Path("/usr/bin/python3")
+DEBIAN_MODULES = ("aiohttp", "aiosqlite", "asyncpg", "jsonschema", "prometheus_client", "uvloop")
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +52,7 @@ def test_wheel_carries_the_package_data_and_the_console_script(dists: Path) -> N
         names = set(zf.namelist())
         entry_points = next(n for n in names if n.endswith("entry_points.txt"))
         scripts = zf.read(entry_points).decode()
-    for name in ("leaderd/py.typed", "leaderd/openapi.json", "leaderd/cli.py"):
+    for name in ("leaderd/py.typed", "leaderd/openapi.json", "leaderd/config.schema.json"):
         assert name in names
     assert not any(n.startswith(("tests/", "bench/", "examples/")) for n in names)
     assert re.search(r"^leaderd = leaderd\.cli:main$", scripts, re.M), scripts
@@ -86,6 +87,7 @@ def test_deb_contents(deb: Path) -> None:
         "/usr/lib/python3/dist-packages/leaderd/__init__.py",
         "/usr/lib/python3/dist-packages/leaderd/cli.py",
         "/usr/lib/python3/dist-packages/leaderd/openapi.json",
+        "/usr/lib/python3/dist-packages/leaderd/config.schema.json",
         f"/usr/lib/python3/dist-packages/leaderd-{project_version()}.dist-info/METADATA",
         "/lib/systemd/system/leaderd.service",
         "/lib/systemd/system/leaderd.socket",
@@ -116,6 +118,7 @@ def test_deb_metadata_and_maintainer_scripts(deb: Path, tmp_path: Path) -> None:
         "python3-aiohttp",
         "python3-aiosqlite",
         "python3-asyncpg",
+        "python3-jsonschema",
         "python3-prometheus-client",
         "python3-uvloop",
     ):
@@ -148,7 +151,7 @@ def test_deb_daemon_runs_on_debian_python(deb: Path, tmp_path: Path) -> None:
     if not DEBIAN_PYTHON.exists():
         pytest.fail("/usr/bin/python3 (Debian's) is missing")
     missing = run(
-        [DEBIAN_PYTHON, "-c", "import aiohttp, aiosqlite, asyncpg, prometheus_client, uvloop"],
+        [DEBIAN_PYTHON, "-c", f"import {', '.join(DEBIAN_MODULES)}"],
         check=False,
     )
     if missing.returncode != 0:
