@@ -22,6 +22,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from . import jsonio
+from .connections import Connection, Connections, Site, factory
 from .engine import Election
 from .metrics import Metrics
 from .node import Node
@@ -47,8 +48,7 @@ class BadParameter(ValueError):
     """A query parameter that cannot be used; answered with 400."""
 
 
-# aiohttp >= 3.9 only cancels a handler whose client left when asked; 3.8 (Debian 12) always
-# did, and took no runner shutdown_timeout either.
+# aiohttp 3.8 (Debian 12) takes the shutdown timeout on each site, later ones on the runner.
 _AIOHTTP_39 = tuple(int(part) for part in aiohttp.__version__.split(".")[:2]) >= (3, 9)
 
 
@@ -81,7 +81,7 @@ def build_app(
         _route(app, path, {"GET": api.watch})
     for path in ("/resign", "/resign/{election}"):
         _route(app, path, {"POST": api.forbidden if read_only else api.resign})
-    app.router.add_route("*", "/{path:.*}", api.not_found, name="fallback")
+    app.router.add_route("*", "/{path:.*}", _tracked(api.not_found), name="fallback")
     return app
 
 
@@ -103,27 +103,32 @@ async def serve(
     unix_sock: socket.socket | None = None,
     tcp: tuple[str, int] | None = None,
     shutdown_timeout: float = 5.0,
+    connections: Connections | None = None,
 ) -> web.AppRunner:
     """Serve ``app`` on the given listeners; stop with ``await runner.cleanup()``.
 
     ``unix_sock`` is a bound, listening (or listen-ready) socket the daemon made itself
-    (socket activation, stale-socket handling); ``unix_path`` makes one. Handlers are
-    cancelled when their client goes away, so abandoned watches leave nothing behind.
+    (socket activation, stale-socket handling); ``unix_path`` makes one. ``connections``
+    bounds and counts the listeners' connections (see connections.py); without one, the
+    default limits apply.
     """
     if unix_path is None and unix_sock is None and tcp is None:
         raise ValueError("serve() needs at least one listener")
+    connections = connections or Connections("unix" if tcp is None else "tcp")
     options: dict[str, Any] = {}
+    site_options: dict[str, Any] = {"backlog": connections.budget.backlog}
     if _AIOHTTP_39:
-        options = {"handler_cancellation": True, "shutdown_timeout": shutdown_timeout}
+        options["shutdown_timeout"] = shutdown_timeout
+    else:
+        site_options["shutdown_timeout"] = shutdown_timeout
     runner = web.AppRunner(app, access_log=None, **options)
     await runner.setup()
-    sites: list[web.BaseSite] = []
-    if unix_sock is not None:
-        sites.append(web.SockSite(runner, unix_sock))
-    if unix_path is not None:
-        sites.append(web.UnixSite(runner, unix_path))
-    if tcp is not None:
-        sites.append(web.TCPSite(runner, tcp[0], tcp[1], reuse_address=True))
+    make = factory(runner, connections, access_log=None)
+    sites = [
+        Site(runner, make, **where, **site_options)
+        for where in ({"sock": unix_sock}, {"path": unix_path}, {"host": tcp})
+        if next(iter(where.values())) is not None
+    ]
     try:
         for site in sites:
             await site.start()
@@ -133,10 +138,27 @@ async def serve(
     return runner
 
 
+def _tracked(handler: Handler) -> Handler:
+    """Tell the connection a request is in progress: no header or idle timeout then."""
+
+    @functools.wraps(handler)
+    async def run(request: web.Request) -> web.StreamResponse:
+        connection = request.protocol
+        if not isinstance(connection, Connection):  # aiohttp's test server
+            return await handler(request)
+        connection.request_started()
+        try:
+            return await handler(request)
+        finally:
+            connection.request_finished()
+
+    return run
+
+
 def _route(app: web.Application, path: str, handlers: dict[str, Handler]) -> None:
     resource = app.router.add_resource(path)
     for method, handler in handlers.items():
-        resource.add_route(method, handler)
+        resource.add_route(method, _tracked(handler))
     allow = ", ".join(handlers)
 
     async def method_not_allowed(request: web.Request) -> web.Response:
@@ -145,7 +167,7 @@ def _route(app: web.Application, path: str, handlers: dict[str, Handler]) -> Non
         response.headers["Allow"] = allow
         return response
 
-    resource.add_route("*", method_not_allowed)
+    resource.add_route("*", _tracked(method_not_allowed))
 
 
 def error(status: int, code: str, message: str) -> web.Response:

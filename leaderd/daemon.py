@@ -21,6 +21,7 @@ from . import __version__
 from .api import build_app, serve
 from .backends import Backend, BackendFatal, BackendUnavailable, Candidate, backend_from_url
 from .config import Config
+from .connections import Connections, FileBudget, Limits
 from .engine import Election
 from .limits import raise_open_files
 from .listener import SocketInUse, SocketPathError, UnixListener
@@ -47,6 +48,7 @@ class Daemon:
         self._ready_sent = False
         self._forward: Callable[[int], None] | None = None
         self._signals = 0
+        self._budget: FileBudget | None = None
 
     async def run(self) -> int:
         """Serve until a signal (or the supervised child) ends it; return the exit code."""
@@ -133,20 +135,34 @@ class Daemon:
         """The read-write API on the Unix socket; the read-only one on any TCP listener."""
         cfg = self.config
         assert self._unix is not None
-        read_only = build_app(node, metrics=self.metrics, read_only=True)
-        self._runners.append(
-            await serve(build_app(node, metrics=self.metrics), unix_sock=self._unix.sock)
-        )
+        app = build_app(node, metrics=self.metrics)
+        unix = self._connections("unix")
+        self._runners.append(await serve(app, unix_sock=self._unix.sock, connections=unix))
         tcp = [s for s in self._activated if s.family in (socket.AF_INET, socket.AF_INET6)]
+        if not (tcp or cfg.listen):
+            return
+        read_only = build_app(node, metrics=self.metrics, read_only=True)
+        tcp_conns = self._connections("tcp")
         for sock in tcp:
-            self._runners.append(await serve(read_only, unix_sock=sock))
+            self._runners.append(await serve(read_only, unix_sock=sock, connections=tcp_conns))
         if cfg.listen and not tcp:
             try:
-                self._runners.append(await serve(read_only, tcp=cfg.listen))
+                self._runners.append(await serve(read_only, tcp=cfg.listen, connections=tcp_conns))
             except OSError as exc:
                 host, port = cfg.listen
                 raise SocketPathError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
             log.info("read-only listener on %s:%d", *cfg.listen)
+
+    def _connections(self, listener: str) -> Connections:
+        """One listener's connection limits; both listeners share the open-file budget."""
+        cfg = self.config
+        if self._budget is None:
+            self._budget = FileBudget()
+            log.debug("open connections at most %d (open files)", self._budget.capacity)
+        limits = Limits(cfg.max_connections, cfg.header_timeout, cfg.keepalive_timeout)
+        connections = Connections(listener, limits, self._budget)
+        self.metrics.watch_connections(connections)
+        return connections
 
     def _bind_unix(self) -> UnixListener:
         """The socket systemd passed us (socket activation), else our own at cfg.socket."""
