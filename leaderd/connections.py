@@ -208,12 +208,11 @@ class _Refused(asyncio.Protocol):
     def __init__(self, connections: Connections, reason: str) -> None:
         self._connections = connections
         self._reason = reason
-        self._transport: asyncio.Transport | None = None
+        self._transport: Any = None  # uvloop's transports are no asyncio.Transport
         self._tail = b""
         self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
         self._transport = transport
         self._connections.rejected[self._reason] += 1
         wait = min(_REJECT_WITHIN, self._connections.limits.header_timeout)

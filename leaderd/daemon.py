@@ -32,6 +32,7 @@ from .systemd import Notifier, listen_fds
 log = logging.getLogger("leaderd")
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+_SPAWN_RETRY = 1.0  # first wait after the child could not be started (EMFILE, EAGAIN)
 
 
 class Daemon:
@@ -197,14 +198,26 @@ class Daemon:
         )
         election.step_down_hook = supervisor.stop_child
         self._forward = supervisor.forward
-        try:
-            code = await supervisor.run()
-        except ChildStartError as exc:
-            log.error("%s", exc, extra={"event": "child_failed"})
-            self.request_stop(EXIT_USAGE)
+        retry = _SPAWN_RETRY
+        while True:
+            try:
+                code = await supervisor.run()
+            except ChildStartError as exc:
+                log.error("%s", exc, extra={"event": "child_failed"})
+                self.request_stop(EXIT_USAGE)
+                return
+            except OSError as exc:
+                # Out of files or processes for a moment: the host's trouble, not the
+                # command's; the lease is still ours, so try again rather than exit.
+                why = exc.strerror or str(exc)
+                log.error("cannot start the child: %s; trying again in %gs", why, retry,
+                          extra={"event": "child_failed"})  # fmt: skip
+                await asyncio.sleep(retry)
+                retry = min(retry * 2, 30.0)
+                continue
+            if code is not None:
+                self.request_stop(code)
             return
-        if code is not None:
-            self.request_stop(code)
 
     async def _watchdog(self, node: Node, interval: float) -> None:
         """Ping systemd only while every election loop turns: a stall gets us restarted."""
