@@ -53,19 +53,26 @@ def open_files(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def test_out_of_files_does_not_end_a_restarting_daemon(workdir: str) -> None:
-    """`run --on-exit restart` whose child cannot be started for want of file descriptors
-    exited 1 with a traceback; it must keep its lease and start the child again later."""
+def restarting(workdir: str, node_id: str, *wrapper: str) -> tuple[Daemon, Path]:
+    """A ready daemon whose short child is restarted; each start adds a line to the file."""
     starts = Path(workdir) / "starts"
     d = Daemon(
-        "emfile",
+        node_id,
         "static://",
         workdir=workdir,
         extra_args=["--on-exit", "restart"],
         command=["sh", "-c", f"echo started >> {starts}; sleep 0.2"],
-    ).start()
-    d.wait_ready()
+    )
+    d.args = [*wrapper, *d.args]
+    d.start().wait_ready()
     wait_for(lambda: starts.exists(), 10, what="the first child")
+    return d, starts
+
+
+def test_out_of_files_does_not_end_a_restarting_daemon(workdir: str) -> None:
+    """`run --on-exit restart` whose child cannot be started for want of file descriptors
+    exited 1 with a traceback; it must keep its lease and start the child again later."""
+    d, starts = restarting(workdir, "emfile")
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     # No new file descriptor for the daemon: the next start fails with EMFILE.
     subprocess.run(["prlimit", f"--pid={d.pid}", f"--nofile={open_files(d.pid)}:{hard}"],
@@ -85,17 +92,7 @@ def test_out_of_files_does_not_end_a_restarting_daemon(workdir: str) -> None:
 def test_clients_cannot_take_the_files_the_child_needs(workdir: str) -> None:
     """300 clients hold connections to a daemon limited to 256 files: those over its
     budget get 503, and the child still restarts (it needs files for its pipes)."""
-    starts = Path(workdir) / "starts"
-    d = Daemon(
-        "hog",
-        "static://",
-        workdir=workdir,
-        extra_args=["--on-exit", "restart"],
-        command=["sh", "-c", f"echo started >> {starts}; sleep 0.2"],
-    )
-    d.args = ["prlimit", "--nofile=256:256", *d.args]
-    d.start().wait_ready()
-    wait_for(lambda: starts.exists(), 10, what="the first child")
+    d, starts = restarting(workdir, "hog", "prlimit", "--nofile=256:256")
     socks = []
     for _ in range(300):
         sock = socket.socket(socket.AF_UNIX)
