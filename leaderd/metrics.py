@@ -236,6 +236,9 @@ class MeteredBackend(Backend):
             op: metrics.backend_request_seconds.labels(kind, op)
             for op in ("open", "observe", "acquire_or_renew", "release")
         }
+        for error in _error_kinds(BackendError):
+            # Exported as 0 from the start: increase() cannot see a series' first sample.
+            self._errors.labels(kind, error.__name__)
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for attributes not found on the wrapper, e.g. the ClassVar ``kind``.
@@ -299,3 +302,11 @@ class MeteredBackend(Backend):
 
     def _count(self, exc: BackendError) -> None:
         self._errors.labels(self._kind, type(exc).__name__).inc()
+
+
+def _error_kinds(base: type[BackendError]) -> list[type[BackendError]]:
+    """Every subclass of ``base`` (BackendUnavailable, BackendFatal, LeaseLost, ...)."""
+    kinds = []
+    for kind in base.__subclasses__():
+        kinds += [kind, *_error_kinds(kind)]
+    return kinds
