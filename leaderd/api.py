@@ -29,6 +29,8 @@ from .node import Node
 from .status import ElectionStatus, Role
 
 DEFAULT_WATCH_TIMEOUT = 30.0
+# Proxies and load balancers cut streams idle for 30-60 s; a heartbeat keeps them open.
+STREAM_HEARTBEAT = 15.0
 MAX_WATCH_TIMEOUT = 300.0
 MAX_COOLDOWN = 86400.0
 MAX_REVISION = 2**63 - 1
@@ -53,17 +55,22 @@ _AIOHTTP_39 = tuple(int(part) for part in aiohttp.__version__.split(".")[:2]) >=
 
 
 def build_app(
-    node: Node, *, read_only: bool = False, metrics: Metrics | None = None
+    node: Node,
+    *,
+    read_only: bool = False,
+    metrics: Metrics | None = None,
+    heartbeat: float = STREAM_HEARTBEAT,
 ) -> web.Application:
     """The API of one node. ``read_only`` answers 403 to every POST (the TCP listener).
 
     Pass the daemon's shared ``metrics`` to every app; without one, a private Metrics
-    watching ``node`` is made (fine for a single app, e.g. in tests).
+    watching ``node`` is made (fine for a single app, e.g. in tests). A /watch stream
+    sends a heartbeat after ``heartbeat`` seconds without a change.
     """
     if metrics is None:
         metrics = Metrics()
         metrics.watch(node)
-    api = _Api(node, metrics, read_only)
+    api = _Api(node, metrics, read_only, heartbeat)
     app = web.Application(client_max_size=64 * 1024)
     app.on_shutdown.append(api.on_shutdown)
     get: list[tuple[str, Handler]] = [
@@ -183,8 +190,9 @@ def _json(data: Any, status: int = 200, revision: int | None = None) -> web.Resp
 
 
 class _Api:
-    def __init__(self, node: Node, metrics: Metrics, read_only: bool) -> None:
+    def __init__(self, node: Node, metrics: Metrics, read_only: bool, heartbeat: float) -> None:
         self.node = node
+        self.heartbeat = heartbeat
         self.metrics_ = metrics
         self.read_only = read_only
         self.closing = asyncio.Event()
@@ -303,15 +311,20 @@ class _Api:
             message = f"unknown election {name!r}"
         return error(404, "unknown_election", message)
 
-    async def _unless_closing(self, work: Coroutine[Any, Any, T]) -> T | None:
-        """The result of ``work``, or None if the daemon shuts down first."""
+    async def _unless_closing(
+        self, work: Coroutine[Any, Any, T], timeout: float | None = None
+    ) -> T | None:
+        """The result of ``work``, or None if the daemon shuts down (or ``timeout``
+        passes) first."""
         if self.closing.is_set():
             work.close()
             return None
         task = asyncio.ensure_future(work)
         closing = asyncio.ensure_future(self.closing.wait())
         try:
-            await asyncio.wait((task, closing), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                (task, closing), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             closing.cancel()
             if not task.done():
@@ -330,7 +343,11 @@ class _Api:
         with election.stream() as queue:
             await response.prepare(request)
             while True:
-                status = await self._unless_closing(queue.get())
+                status = await self._unless_closing(queue.get(), self.heartbeat)
+                if status is None and not self.closing.is_set():
+                    # SSE: a comment; NDJSON: an empty line. Also finds a client gone.
+                    await response.write(b": keep-alive\n\n" if sse else b"\n")
+                    continue
                 if status is None:
                     break
                 await response.write(_event(status, sse))

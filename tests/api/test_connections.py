@@ -362,3 +362,15 @@ async def test_connection_metrics(served: Serve) -> None:
     assert after[("leaderd_http_connections_rejected_total", rejected)] == 1
     header = (("listener", "unix"), ("timeout", "header"))
     assert after[("leaderd_http_connections_timed_out_total", header)] == 1
+
+
+async def test_abandoned_tcp_stream_ends_at_a_heartbeat(served: Serve) -> None:
+    """On TCP a closed client looks half-closed: the heartbeat's failed write ends it."""
+    s = await served(heartbeat=0.1)
+    election = s.node.elections["default"]
+    sock = socket.create_connection(("127.0.0.1", s.port))
+    sock.sendall(b"GET /watch?stream=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+    await eventually(lambda: election.watchers == 1)
+    sock.close()
+    await eventually(lambda: election.watchers == 0, timeout=3)
+    await eventually(lambda: s.tcp.open == 0)
