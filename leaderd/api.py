@@ -39,6 +39,7 @@ _FALSE = ("0", "false")
 _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _INTEGER = re.compile(r"-?[0-9]+")
 _JSON = "application/json"
+_ALL_METHODS = "GET, HEAD, POST, OPTIONS"  # for OPTIONS on a path that does not exist
 _NDJSON = "application/x-ndjson"
 _SSE = "text/event-stream"
 
@@ -76,6 +77,8 @@ def build_app(
     get: list[tuple[str, Handler]] = [
         ("/leader", api.leader),
         ("/leader/{election}", api.leader),
+        ("/standby", api.standby),
+        ("/standby/{election}", api.standby),
         ("/status", api.status),
         ("/health", api.health),
         ("/ready", api.ready),
@@ -88,17 +91,20 @@ def build_app(
         _route(app, path, {"GET": api.watch})
     for path in ("/resign", "/resign/{election}"):
         _route(app, path, {"POST": api.forbidden if read_only else api.resign})
-    app.router.add_route("*", "/{path:.*}", _tracked(api.not_found), name="fallback")
+    fallback = app.router.add_resource("/{path:.*}", name="fallback")
+    fallback.add_route("OPTIONS", _options(_ALL_METHODS))
+    fallback.add_route("*", _tracked(api.not_found))
     return app
 
 
 def api_routes(app: web.Application) -> set[tuple[str, str]]:
-    """(method, path) of every route the app serves, without the error fallbacks."""
+    """(method, path) of every route the app serves, without the error fallbacks and
+    OPTIONS (which every path answers)."""
     routes = set()
     for route in app.router.routes():
         info = route.resource.get_info() if route.resource else {}
         path = info.get("path") or info.get("formatter")
-        if route.method != "*" and path is not None:
+        if route.method not in ("*", "OPTIONS") and path is not None:
             routes.add((route.method, str(path)))
     return routes
 
@@ -166,7 +172,8 @@ def _route(app: web.Application, path: str, handlers: dict[str, Handler]) -> Non
     resource = app.router.add_resource(path)
     for method, handler in handlers.items():
         resource.add_route(method, _tracked(handler))
-    allow = ", ".join(handlers)
+    allow = ", ".join([*handlers, "OPTIONS"])
+    resource.add_route("OPTIONS", _options(allow))
 
     async def method_not_allowed(request: web.Request) -> web.Response:
         message = f"{request.method} is not allowed on {path}; use {allow}"
@@ -175,6 +182,16 @@ def _route(app: web.Application, path: str, handlers: dict[str, Handler]) -> Non
         return response
 
     resource.add_route("*", _tracked(method_not_allowed))
+
+
+def _options(allow: str) -> Handler:
+    """OPTIONS answers 200 with ``Allow`` on any path: HAProxy's default `option httpchk`
+    sends `OPTIONS /`. It says this listener answers; it is no health check."""
+
+    async def options(request: web.Request) -> web.Response:
+        return web.Response(status=200, headers={"Allow": allow})
+
+    return options
 
 
 def error(status: int, code: str, message: str) -> web.Response:
@@ -234,6 +251,17 @@ class _Api:
             return self._unknown(request)
         status = election.status()
         code = 200 if status.role is Role.LEADER else 503
+        return _json(status.to_dict(), code, status.revision)
+
+    async def standby(self, request: web.Request) -> web.Response:
+        """Patroni's /replica: 200 while this node is a healthy follower that knows the
+        leader, so reads can be routed to standbys; 503 otherwise (leader, unknown...)."""
+        election = self.node.election(request.match_info.get("election"))
+        if election is None:
+            return self._unknown(request)
+        status = election.status()
+        follows = status.role is Role.FOLLOWER and status.leader is not None
+        code = 200 if follows and self.node.health() is None else 503
         return _json(status.to_dict(), code, status.revision)
 
     async def watch(self, request: web.Request) -> web.StreamResponse:
