@@ -165,22 +165,26 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    """One election with --election; else every election in one table, and exit 0 only
+    if this node leads every one of them."""
     path = client_socket(args.socket)
     try:
-        code, body = client.request(path, "GET", client.election_path("/leader", args.election))
-        if code in (200, 503) and not args.quiet and not args.json:
-            _, node = client.request(path, "GET", "/status")
+        if args.election is not None:
+            code, body = client.request(path, "GET", client.election_path("/leader", args.election))
+            statuses = [body] if code in (200, 503) else []
+        else:
+            code, node = client.request(path, "GET", "/status")
+            statuses = list(node["elections"].values()) if code == 200 else []
+            body = statuses[0] if len(statuses) == 1 else statuses
     except client.Unreachable as exc:
         return _fail(exc, EXIT_UNREACHABLE, args.quiet)
-    if code not in (200, 503):
+    if not statuses:
         return _fail(_error_message(body), EXIT_USAGE, args.quiet)
     if args.json:
         sys.stdout.write(jsonio.dumps(body, indent=True).decode() + "\n")
     elif not args.quiet:
-        elections = node["elections"].values()
-        shown = [s for s in elections if args.election in (None, s["election"])]
-        sys.stdout.write(_table(shown))
-    return EXIT_OK if code == 200 else EXIT_NOT_LEADER
+        sys.stdout.write(_table(statuses))
+    return EXIT_OK if all(s["is_leader"] for s in statuses) else EXIT_NOT_LEADER
 
 
 def _watch(args: argparse.Namespace) -> int:
@@ -189,7 +193,7 @@ def _watch(args: argparse.Namespace) -> int:
     try:
         for code, status in client.stream(path, url):
             if code != 200:
-                return _fail(_error_message(status), EXIT_USAGE, False)
+                return _fail(_error_message(status, path, args.election), EXIT_USAGE, False)
             line = jsonio.dumps(status).decode() if args.json else _line(status)
             print(line, flush=True)
     except client.Unreachable as exc:
@@ -206,7 +210,7 @@ def _resign(args: argparse.Namespace) -> int:
     except client.Unreachable as exc:
         return _fail(exc, EXIT_UNREACHABLE, False)
     if code != 200:
-        return _fail(_error_message(body), EXIT_USAGE, False)
+        return _fail(_error_message(body, path, args.election), EXIT_USAGE, False)
     print(jsonio.dumps(body).decode() if args.json else _line(body))
     return EXIT_OK
 
@@ -242,10 +246,18 @@ def _line(s: dict[str, Any]) -> str:
     )
 
 
-def _error_message(body: Any) -> str:
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        return str(body["error"].get("message", body["error"]))
-    return f"unexpected answer: {body!r}"
+def _error_message(body: Any, socket_path: str = "", election: str | None = "") -> str:
+    """The API's error message; without --election while several run, which flag to add."""
+    if not (isinstance(body, dict) and isinstance(body.get("error"), dict)):
+        return f"unexpected answer: {body!r}"
+    if election is None and body["error"].get("code") == "unknown_election":
+        try:
+            _, node = client.request(socket_path, "GET", "/status")
+            names = ", ".join(node["elections"])
+        except (client.Unreachable, KeyError, TypeError):
+            names = "several"
+        return f"several elections run here ({names}): name one with --election NAME"
+    return str(body["error"].get("message", body["error"]))
 
 
 def _fail(message: object, code: int, quiet: bool) -> int:

@@ -142,3 +142,29 @@ def test_malformed_config_file_exits_2_with_one_line(
         assert done.returncode == 2, done.stderr
         (line,) = done.stderr.splitlines()
         assert line.startswith(f"leaderd: config file {path}") and key in line, line
+
+
+def test_commands_with_several_elections(workdir: str) -> None:
+    d = Daemon("multi", "static://", workdir=workdir, elections=("alpha", "beta")).start()
+    d.wait_ready()
+    wait_for(lambda: d.get("/leader/beta")[0] == 200, 10, what="leadership")
+    status = leaderd("status", "--socket", d.socket)
+    assert status.returncode == 0, status.stderr  # leads every election
+    rows = status.stdout.splitlines()
+    assert rows[0].split()[:2] == ["ELECTION", "ROLE"]
+    assert [r.split()[:2] for r in rows[1:]] == [["alpha", "leader"], ["beta", "leader"]]
+    for command in ("resign", "watch"):
+        done = leaderd(command, "--socket", d.socket)
+        assert done.returncode == 2
+        assert done.stderr.strip() == (
+            "leaderd: several elections run here (alpha, beta): name one with --election NAME"
+        )
+    resign = leaderd("resign", "--socket", d.socket, "--election", "beta", "--cooldown", "60")
+    assert resign.returncode == 0
+    assert leaderd("status", "--socket", d.socket, "--election", "alpha").returncode == 0
+    assert leaderd("status", "--socket", d.socket, "--election", "beta").returncode == 1
+    status = leaderd("status", "--socket", d.socket)
+    assert status.returncode == 1  # no longer leads every election
+    assert status.stdout.splitlines()[2].split()[:2] == ["beta", "follower"]
+    assert len(orjson.loads(leaderd("status", "--socket", d.socket, "--json").stdout)) == 2
+    assert d.stop() == 0
