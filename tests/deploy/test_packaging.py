@@ -92,6 +92,7 @@ def test_deb_contents(deb: Path) -> None:
         "/lib/systemd/system/leaderd.service",
         "/lib/systemd/system/leaderd.socket",
         "/lib/systemd/system/leaderd@.service",
+        "/usr/share/man/man8/leaderd.8.gz",
         "/usr/lib/sysusers.d/leaderd.conf",
         "/etc/leaderd/leaderd.toml",
         "/usr/share/doc/leaderd/copyright",
