@@ -3,6 +3,7 @@
 Every answer is derived at the moment it is produced (``Election.status()``). There is no
 middleware on the hot path: unknown paths hit a catch-all route and wrong methods hit a
 per-resource fallback route, so errors are JSON without a wrapper around every request.
+Each handler only tells its connection (connections.py) when a request is in progress.
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ import asyncio
 import contextlib
 import functools
 import importlib.resources
-import math
-import re
 import socket
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -21,7 +20,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from . import jsonio
+from . import jsonio, params
 from .connections import Connection, Connections, Site, factory
 from .engine import Election
 from .metrics import Metrics
@@ -33,11 +32,6 @@ DEFAULT_WATCH_TIMEOUT = 30.0
 STREAM_HEARTBEAT = 15.0
 MAX_WATCH_TIMEOUT = 300.0
 MAX_COOLDOWN = 86400.0
-MAX_REVISION = 2**63 - 1
-_TRUE = ("1", "true", "ndjson", "sse")
-_FALSE = ("0", "false")
-_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
-_INTEGER = re.compile(r"-?[0-9]+")
 _JSON = "application/json"
 _ALL_METHODS = "GET, HEAD, POST, OPTIONS"  # for OPTIONS on a path that does not exist
 _NDJSON = "application/x-ndjson"
@@ -45,10 +39,6 @@ _SSE = "text/event-stream"
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 T = TypeVar("T")
-
-
-class BadParameter(ValueError):
-    """A query parameter that cannot be used; answered with 400."""
 
 
 # aiohttp 3.8 (Debian 12) takes the shutdown timeout on each site, later ones on the runner.
@@ -270,12 +260,12 @@ class _Api:
             return self._unknown(request)
         try:
             query = request.query
-            revision = _revision(query.get("revision"))
-            timeout = _seconds(
+            revision = params.revision(query.get("revision"))
+            timeout = params.seconds(
                 query.get("timeout"), "timeout", DEFAULT_WATCH_TIMEOUT, MAX_WATCH_TIMEOUT
             )
-            stream = _flag(query.get("stream"), "stream")
-        except BadParameter as exc:
+            stream = params.flag(query.get("stream"), "stream")
+        except params.BadParameter as exc:
             return error(400, "bad_parameter", str(exc))
         accept = request.headers.get("Accept", "")
         if stream or _SSE in accept:
@@ -290,8 +280,10 @@ class _Api:
         try:
             # By default wait one ttl, so a standby (not this node) takes over.
             default = election.timing.ttl
-            cooldown = _seconds(request.query.get("cooldown"), "cooldown", default, MAX_COOLDOWN)
-        except BadParameter as exc:
+            cooldown = params.seconds(
+                request.query.get("cooldown"), "cooldown", default, MAX_COOLDOWN
+            )
+        except params.BadParameter as exc:
             return error(400, "bad_parameter", str(exc))
         election.resign(cooldown)
         status = election.status()
@@ -402,28 +394,3 @@ def _event(status: ElectionStatus, sse: bool) -> bytes:
     if sse:
         return b"id: %d\nevent: status\ndata: %s\n\n" % (status.revision, data)
     return data + b"\n"
-
-
-def _revision(raw: str | None) -> int | None:
-    if raw is None:
-        return None
-    if not _INTEGER.fullmatch(raw) or not 0 <= int(raw) <= MAX_REVISION:
-        raise BadParameter(f"revision must be an integer in [0, {MAX_REVISION}], got {raw!r}")
-    return int(raw)
-
-
-def _seconds(raw: str | None, name: str, default: float, maximum: float) -> float:
-    if raw is None:
-        return default
-    value = float(raw) if _NUMBER.fullmatch(raw) else math.nan
-    if not 0 <= value <= maximum:  # also rejects nan and inf
-        raise BadParameter(f"{name} must be a number of seconds in [0, {maximum:g}], got {raw!r}")
-    return value
-
-
-def _flag(raw: str | None, name: str) -> bool:
-    if raw is None:
-        return False
-    if raw not in _TRUE and raw not in _FALSE:
-        raise BadParameter(f"{name} must be one of 1, true, ndjson, sse, 0, false; got {raw!r}")
-    return raw in _TRUE
