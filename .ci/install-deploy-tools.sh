@@ -20,8 +20,8 @@ $SUDO apt-get install -y -qq --no-install-recommends \
 # The .deb's runtime dependencies, for the test that runs the packaged daemon on
 # Debian's python3 (they go to /usr/lib/python3, not into any virtualenv).
 $SUDO apt-get install -y -qq --no-install-recommends \
-  python3-aiohttp python3-aiosqlite python3-asyncpg python3-prometheus-client \
-  python3-uvloop python3-systemd >/dev/null
+  python3-aiohttp python3-aiosqlite python3-asyncpg python3-jsonschema \
+  python3-prometheus-client python3-uvloop python3-systemd >/dev/null
 
 # Tools the tests run themselves, never as services: podman (with runc, which runs on a
 # hybrid cgroup hierarchy where Debian 12's crun does not) and debootstrap build and run

@@ -144,6 +144,11 @@ async def test_metered_backend_counts_errors_and_passes_through() -> None:
     metrics = Metrics()
     inner = FlakyBackend([BackendUnavailable("db down"), BackendFatal("bad"), BackendUnavailable()])
     backend = metrics.wrap(inner)
+    # Every kind is there at 0 before the first error, so increase() sees the first one.
+    errors = "leaderd_backend_errors_total"
+    zero = parse(metrics.exposition().decode())
+    for kind in ("BackendUnavailable", "BackendFatal", "LeaseLost"):
+        assert value(zero, errors, backend="static", kind=kind) == 0
     assert isinstance(backend, MeteredBackend)
     assert backend.kind == "static"
     assert backend.description == "static://"
@@ -161,7 +166,6 @@ async def test_metered_backend_counts_errors_and_passes_through() -> None:
     assert (await backend.observe("default")).holder is None
 
     samples = parse(metrics.exposition().decode())
-    errors = "leaderd_backend_errors_total"
     assert value(samples, errors, backend="static", kind="BackendUnavailable") == 2
     assert value(samples, errors, backend="static", kind="BackendFatal") == 1
     seconds = "leaderd_backend_request_seconds_count"
