@@ -67,7 +67,13 @@ ttl = 60
     config = load({"socket": "/tmp/flag.sock"}, env, file=path)
     assert config.node_id == "from-env"
     assert config.socket == "/tmp/flag.sock"
-    assert config.backend == "static://" and config.state_dir is None
+    # A bare static:// keeps its terms in the state directory, so they survive restarts.
+    assert config.backend == "static:///var/lib/leaderd/static-terms.json" or (
+        os.geteuid() != 0 and config.backend.endswith("/leaderd/static-terms.json")
+    )
+    assert config.state_dir is not None and config.backend.startswith(
+        f"static://{config.state_dir}"
+    )
     timings = {e.name: e.timing for e in config.elections}
     assert timings["default"].ttl == 30 and timings["scheduler"].ttl == 60
     assert timings["scheduler"].renew_interval == 10
