@@ -24,7 +24,7 @@ from typing import Any
 import asyncpg
 
 from tests.daemons import Daemon, short_tempdir
-from tests.pgserver import PgServer
+from tests.pgserver import FakeTimeServer, PgServer
 
 from .check import Fault, Violations, check_liveness, check_safety, failover_stats
 from .observe import Answer, Observations, Poller, Watcher
@@ -34,7 +34,10 @@ BACKENDS = ("sqlite", "postgresql", "advisory")
 PROCESS_FAULTS = ("sigkill", "sigstop", "sigterm")
 FAULTS = {
     "sqlite": (*PROCESS_FAULTS, "db_lock", "duplicate_node_id", "file_replaced"),
-    "postgresql": (*PROCESS_FAULTS, "pg_restart", "pg_terminate", "latency", "blackhole", "reset"),
+    "postgresql": (
+        *PROCESS_FAULTS,
+        *("pg_restart", "pg_crash", "clock_step", "pg_terminate", "latency", "blackhole", "reset"),
+    ),
 }
 FAULTS["advisory"] = FAULTS["postgresql"]
 ALL_FAULTS = tuple(dict.fromkeys(FAULTS["sqlite"] + FAULTS["postgresql"]))
@@ -44,6 +47,8 @@ ALL_FAULTS = tuple(dict.fromkeys(FAULTS["sqlite"] + FAULTS["postgresql"]))
 _AT_ONCE = ("sigkill", "sigterm", "sigstop", "pg_terminate", "reset")
 # Faults aimed at no node: the harness picks their target itself.
 _NO_TARGET = {"pg_restart": "postgres", "db_lock": "sqlite", "file_replaced": "sqlite"}
+_NO_TARGET |= {"pg_crash": "postgres", "clock_step": "postgres"}
+CLOCK_STEP = 600  # seconds each clock_step moves the PostgreSQL server's clock forward
 _SCHEME = {"postgresql": "postgresql", "advisory": "postgresql+advisory"}
 
 
@@ -159,6 +164,7 @@ class Chaos:
         self.deck: list[str] = []
         self.pg = pg
         self.own_pg = False
+        self.clock_offset = 0  # seconds the clock_step faults moved the server forward
         self.obs = Observations()
         self.violations = Violations()
         self.nodes: list[Node] = []
@@ -207,7 +213,8 @@ class Chaos:
         if s.backend == "sqlite":
             url = f"sqlite://{self.workdir}/lease.db"
         elif self.pg is None:
-            self.pg, self.own_pg = await asyncio.to_thread(PgServer), True
+            # Its own server, whose clock the clock_step fault can move (libfaketime).
+            self.pg, self.own_pg = await asyncio.to_thread(FakeTimeServer), True
         table = f"chaos_{s.backend}_{os.getpid()}_{int(time.time())}"
         for i in range(s.nodes):
             node_id, proxy = f"node-{i}", None
@@ -438,6 +445,27 @@ class Chaos:
                 if await node.exited(15) is None:
                     node.daemon.kill()
                 self._restart(node)
+        fault.healed = time.monotonic()
+
+    async def _fault_pg_crash(self, fault: Fault) -> None:
+        """PostgreSQL dies without a checkpoint (pg_ctl -m immediate) while its default is
+        synchronous_commit=off: commits not yet written are lost, unless leaderd's lease
+        statements commit durably (docs/postgresql.md)."""
+        assert self.pg is not None
+        await asyncio.to_thread(self.pg.stop, "immediate")
+        fault.params["down_s"] = down = round(self.rng.uniform(0.1, 1.0), 3)
+        await asyncio.sleep(down)
+        await asyncio.to_thread(self.pg.start)
+        fault.healed = time.monotonic()
+
+    async def _fault_clock_step(self, fault: Fault) -> None:
+        """The server's clock steps forward (an NTP jump): every lease expires early on
+        the server, and only the one-ttl takeover rule keeps a renewing leader's lease."""
+        if not isinstance(self.pg, FakeTimeServer):
+            return  # a shared server without libfaketime: nothing to step
+        self.clock_offset += CLOCK_STEP
+        fault.params["server_clock_offset_s"] = self.clock_offset
+        await asyncio.to_thread(self.pg.step, self.clock_offset)
         fault.healed = time.monotonic()
 
     async def _fault_pg_restart(self, fault: Fault) -> None:
