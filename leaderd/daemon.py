@@ -23,6 +23,7 @@ from .backends import Backend, BackendFatal, BackendUnavailable, Candidate, back
 from .config import Config
 from .connections import Connections, FileBudget, Limits
 from .engine import Election
+from .events import Event, extra
 from .limits import raise_open_files
 from .listener import SocketInUse, SocketPathError, UnixListener
 from .metrics import Metrics
@@ -61,14 +62,14 @@ class Daemon:
             __version__,
             sock_path,
             sock_path,
-            extra={"event": "starting"},
+            extra=extra(Event.STARTING, socket=sock_path),
         )
         log.debug("open-file limit %d", open_files)
         self._install_signal_handlers()  # before the socket exists: a stop is never lost
         try:
             self._unix = self._bind_unix()
         except (SocketInUse, SocketPathError) as exc:
-            log.error("%s", exc, extra={"event": "socket_error"})
+            log.error("%s", exc, extra=extra(Event.SOCKET_ERROR))
             return EXIT_USAGE
         backend = self.metrics.wrap(backend_from_url(cfg.backend))
         try:
@@ -78,7 +79,7 @@ class Daemon:
             try:
                 await self._serve(node)
             except SocketPathError as exc:
-                log.error("%s", exc, extra={"event": "socket_error"})
+                log.error("%s", exc, extra=extra(Event.SOCKET_ERROR))
                 return EXIT_USAGE
             tasks = [asyncio.create_task(e.run()) for e in node.elections.values()]
             helpers = self._start_helpers(node)
@@ -128,7 +129,7 @@ class Daemon:
         if node.ready and not self._ready_sent:
             self._ready_sent = True
             self.notifier.ready(node.summary())
-            log.info("ready: %s", node.summary(), extra={"event": "ready"})
+            log.info("ready: %s", node.summary(), extra=extra(Event.READY))
         elif self.notifier.enabled:
             self.notifier.status(node.summary())
 
@@ -203,7 +204,7 @@ class Daemon:
             try:
                 code = await supervisor.run()
             except ChildStartError as exc:
-                log.error("%s", exc, extra={"event": "child_failed"})
+                log.error("%s", exc, extra=extra(Event.CHILD_FAILED, reason=str(exc)))
                 self.request_stop(EXIT_USAGE)
                 return
             except OSError as exc:
@@ -211,7 +212,7 @@ class Daemon:
                 # command's; the lease is still ours, so try again rather than exit.
                 why = exc.strerror or str(exc)
                 log.error("cannot start the child: %s; trying again in %gs", why, retry,
-                          extra={"event": "child_failed"})  # fmt: skip
+                          extra=extra(Event.CHILD_FAILED, reason=why))  # fmt: skip
                 await asyncio.sleep(retry)
                 retry = min(retry * 2, 30.0)
                 continue
@@ -240,7 +241,7 @@ class Daemon:
         self._signals += 1
         name = signal.Signals(signum).name
         if self._signals == 1:
-            log.info("received %s: handing over", name, extra={"event": "stopping"})
+            log.info("received %s: handing over", name, extra=extra(Event.STOPPING, signal=name))
             self.request_stop(EXIT_OK)
         else:
             # A second signal must not skip the release: the hand-over is bounded anyway.
@@ -279,7 +280,7 @@ class Daemon:
         for task in (*tasks, *helpers):
             task.cancel()
         await asyncio.gather(*tasks, *helpers, return_exceptions=True)
-        log.info("stopped", extra={"event": "stopped"})
+        log.info("exiting", extra=extra(Event.EXITED, status=self.exit_code))
 
     async def _close(self, backend: Backend) -> None:
         for runner in reversed(self._runners):
