@@ -3,22 +3,31 @@
 #   docker build -t leaderd .
 #   docker run --rm -v leaderd-run:/run/leaderd leaderd run --backend static://
 #
+# BASE is any Debian 12 image with python3 and its venv module (ensurepip): the default is
+# Docker Hub's; where no registry can be reached, packaging/debian-base-image.sh makes one
+# from Debian's packages (--build-arg BASE=localhost/leaderd-base:bookworm).
+#
 # The builder stage turns the source into wheels (leaderd and every dependency,
 # all of which ship binary wheels for CPython 3.11, so no compiler is needed) and
 # installs them into a virtualenv without pip; the final stage copies only that
-# virtualenv. tests/deploy/test_container.py runs the builder's RUN lines in a
-# fresh virtualenv, so keep them plain shell.
+# virtualenv. pip itself comes from ensurepip in a throwaway virtualenv, the same way on
+# either base. tests/deploy/test_container.py replays the builder's RUN lines in a
+# temporary directory (keep them plain shell), then builds and runs the image with podman.
 
-FROM python:3.11-slim-bookworm AS builder
+ARG BASE=python:3.11-slim-bookworm
+
+FROM ${BASE} AS builder
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY . /src
-RUN python -m pip wheel --wheel-dir /wheels /src
-RUN python -m venv --without-pip /opt/leaderd \
- && python -m pip --python /opt/leaderd/bin/python install --no-index --find-links /wheels leaderd \
+RUN python3 -m venv /build \
+ && /build/bin/python -m pip wheel --wheel-dir /wheels /src
+RUN python3 -m venv --without-pip /opt/leaderd \
+ && /build/bin/python -m pip --python /opt/leaderd/bin/python install --no-index \
+      --find-links /wheels leaderd \
  && /opt/leaderd/bin/leaderd --version
 
-FROM python:3.11-slim-bookworm
+FROM ${BASE}
 LABEL org.opencontainers.image.title="leaderd" \
       org.opencontainers.image.description="Leader election sidecar daemon" \
       org.opencontainers.image.licenses="Apache-2.0"

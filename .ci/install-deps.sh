@@ -13,6 +13,8 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
 command -v runuser >/dev/null || missing+=(util-linux)
 # tests/postgres/test_clock_step.py steps the test server's clock with libfaketime.
 ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || missing+=(libfaketime)
+# Half-closing clients (printf ... | socat - UNIX-CONNECT:...) in tests/api.
+command -v socat >/dev/null || missing+=(socat)
 # The benchmark's smoke test compares against etcdctl elect on a real etcd.
 command -v etcd >/dev/null || missing+=(etcd-server)
 command -v etcdctl >/dev/null || missing+=(etcd-client)

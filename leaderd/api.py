@@ -3,6 +3,7 @@
 Every answer is derived at the moment it is produced (``Election.status()``). There is no
 middleware on the hot path: unknown paths hit a catch-all route and wrong methods hit a
 per-resource fallback route, so errors are JSON without a wrapper around every request.
+Each handler only tells its connection (connections.py) when a request is in progress.
 """
 
 from __future__ import annotations
@@ -11,8 +12,6 @@ import asyncio
 import contextlib
 import functools
 import importlib.resources
-import math
-import re
 import socket
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -21,21 +20,20 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from . import jsonio
+from . import jsonio, params
+from .connections import Connection, Connections, Site, factory
 from .engine import Election
 from .metrics import Metrics
 from .node import Node
 from .status import ElectionStatus, Role
 
 DEFAULT_WATCH_TIMEOUT = 30.0
+# Proxies and load balancers cut streams idle for 30-60 s; a heartbeat keeps them open.
+STREAM_HEARTBEAT = 15.0
 MAX_WATCH_TIMEOUT = 300.0
 MAX_COOLDOWN = 86400.0
-MAX_REVISION = 2**63 - 1
-_TRUE = ("1", "true", "ndjson", "sse")
-_FALSE = ("0", "false")
-_NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
-_INTEGER = re.compile(r"-?[0-9]+")
 _JSON = "application/json"
+_ALL_METHODS = "GET, HEAD, POST, OPTIONS"  # for OPTIONS on a path that does not exist
 _NDJSON = "application/x-ndjson"
 _SSE = "text/event-stream"
 
@@ -43,32 +41,34 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 T = TypeVar("T")
 
 
-class BadParameter(ValueError):
-    """A query parameter that cannot be used; answered with 400."""
-
-
-# aiohttp >= 3.9 only cancels a handler whose client left when asked; 3.8 (Debian 12) always
-# did, and took no runner shutdown_timeout either.
+# aiohttp 3.8 (Debian 12) takes the shutdown timeout on each site, later ones on the runner.
 _AIOHTTP_39 = tuple(int(part) for part in aiohttp.__version__.split(".")[:2]) >= (3, 9)
 
 
 def build_app(
-    node: Node, *, read_only: bool = False, metrics: Metrics | None = None
+    node: Node,
+    *,
+    read_only: bool = False,
+    metrics: Metrics | None = None,
+    heartbeat: float = STREAM_HEARTBEAT,
 ) -> web.Application:
     """The API of one node. ``read_only`` answers 403 to every POST (the TCP listener).
 
     Pass the daemon's shared ``metrics`` to every app; without one, a private Metrics
-    watching ``node`` is made (fine for a single app, e.g. in tests).
+    watching ``node`` is made (fine for a single app, e.g. in tests). A /watch stream
+    sends a heartbeat after ``heartbeat`` seconds without a change.
     """
     if metrics is None:
         metrics = Metrics()
         metrics.watch(node)
-    api = _Api(node, metrics, read_only)
+    api = _Api(node, metrics, read_only, heartbeat)
     app = web.Application(client_max_size=64 * 1024)
     app.on_shutdown.append(api.on_shutdown)
     get: list[tuple[str, Handler]] = [
         ("/leader", api.leader),
         ("/leader/{election}", api.leader),
+        ("/standby", api.standby),
+        ("/standby/{election}", api.standby),
         ("/status", api.status),
         ("/health", api.health),
         ("/ready", api.ready),
@@ -81,17 +81,20 @@ def build_app(
         _route(app, path, {"GET": api.watch})
     for path in ("/resign", "/resign/{election}"):
         _route(app, path, {"POST": api.forbidden if read_only else api.resign})
-    app.router.add_route("*", "/{path:.*}", api.not_found, name="fallback")
+    fallback = app.router.add_resource("/{path:.*}", name="fallback")
+    fallback.add_route("OPTIONS", _options(_ALL_METHODS))
+    fallback.add_route("*", _tracked(api.not_found))
     return app
 
 
 def api_routes(app: web.Application) -> set[tuple[str, str]]:
-    """(method, path) of every route the app serves, without the error fallbacks."""
+    """(method, path) of every route the app serves, without the error fallbacks and
+    OPTIONS (which every path answers)."""
     routes = set()
     for route in app.router.routes():
         info = route.resource.get_info() if route.resource else {}
         path = info.get("path") or info.get("formatter")
-        if route.method != "*" and path is not None:
+        if route.method not in ("*", "OPTIONS") and path is not None:
             routes.add((route.method, str(path)))
     return routes
 
@@ -103,27 +106,32 @@ async def serve(
     unix_sock: socket.socket | None = None,
     tcp: tuple[str, int] | None = None,
     shutdown_timeout: float = 5.0,
+    connections: Connections | None = None,
 ) -> web.AppRunner:
     """Serve ``app`` on the given listeners; stop with ``await runner.cleanup()``.
 
     ``unix_sock`` is a bound, listening (or listen-ready) socket the daemon made itself
-    (socket activation, stale-socket handling); ``unix_path`` makes one. Handlers are
-    cancelled when their client goes away, so abandoned watches leave nothing behind.
+    (socket activation, stale-socket handling); ``unix_path`` makes one. ``connections``
+    bounds and counts the listeners' connections (see connections.py); without one, the
+    default limits apply.
     """
     if unix_path is None and unix_sock is None and tcp is None:
         raise ValueError("serve() needs at least one listener")
+    connections = connections or Connections("unix" if tcp is None else "tcp")
     options: dict[str, Any] = {}
+    site_options: dict[str, Any] = {"backlog": connections.budget.backlog}
     if _AIOHTTP_39:
-        options = {"handler_cancellation": True, "shutdown_timeout": shutdown_timeout}
+        options["shutdown_timeout"] = shutdown_timeout
+    else:
+        site_options["shutdown_timeout"] = shutdown_timeout
     runner = web.AppRunner(app, access_log=None, **options)
     await runner.setup()
-    sites: list[web.BaseSite] = []
-    if unix_sock is not None:
-        sites.append(web.SockSite(runner, unix_sock))
-    if unix_path is not None:
-        sites.append(web.UnixSite(runner, unix_path))
-    if tcp is not None:
-        sites.append(web.TCPSite(runner, tcp[0], tcp[1], reuse_address=True))
+    make = factory(runner, connections, access_log=None)
+    sites = [
+        Site(runner, make, **where, **site_options)
+        for where in ({"sock": unix_sock}, {"path": unix_path}, {"host": tcp})
+        if next(iter(where.values())) is not None
+    ]
     try:
         for site in sites:
             await site.start()
@@ -133,11 +141,29 @@ async def serve(
     return runner
 
 
+def _tracked(handler: Handler) -> Handler:
+    """Tell the connection a request is in progress: no header or idle timeout then."""
+
+    @functools.wraps(handler)
+    async def run(request: web.Request) -> web.StreamResponse:
+        connection = request.protocol
+        if not isinstance(connection, Connection):  # aiohttp's test server
+            return await handler(request)
+        connection.request_started()
+        try:
+            return await handler(request)
+        finally:
+            connection.request_finished()
+
+    return run
+
+
 def _route(app: web.Application, path: str, handlers: dict[str, Handler]) -> None:
     resource = app.router.add_resource(path)
     for method, handler in handlers.items():
-        resource.add_route(method, handler)
-    allow = ", ".join(handlers)
+        resource.add_route(method, _tracked(handler))
+    allow = ", ".join([*handlers, "OPTIONS"])
+    resource.add_route("OPTIONS", _options(allow))
 
     async def method_not_allowed(request: web.Request) -> web.Response:
         message = f"{request.method} is not allowed on {path}; use {allow}"
@@ -145,7 +171,17 @@ def _route(app: web.Application, path: str, handlers: dict[str, Handler]) -> Non
         response.headers["Allow"] = allow
         return response
 
-    resource.add_route("*", method_not_allowed)
+    resource.add_route("*", _tracked(method_not_allowed))
+
+
+def _options(allow: str) -> Handler:
+    """OPTIONS answers 200 with ``Allow`` on any path: HAProxy's default `option httpchk`
+    sends `OPTIONS /`. It says this listener answers; it is no health check."""
+
+    async def options(request: web.Request) -> web.Response:
+        return web.Response(status=200, headers={"Allow": allow})
+
+    return options
 
 
 def error(status: int, code: str, message: str) -> web.Response:
@@ -161,8 +197,9 @@ def _json(data: Any, status: int = 200, revision: int | None = None) -> web.Resp
 
 
 class _Api:
-    def __init__(self, node: Node, metrics: Metrics, read_only: bool) -> None:
+    def __init__(self, node: Node, metrics: Metrics, read_only: bool, heartbeat: float) -> None:
         self.node = node
+        self.heartbeat = heartbeat
         self.metrics_ = metrics
         self.read_only = read_only
         self.closing = asyncio.Event()
@@ -206,18 +243,29 @@ class _Api:
         code = 200 if status.role is Role.LEADER else 503
         return _json(status.to_dict(), code, status.revision)
 
+    async def standby(self, request: web.Request) -> web.Response:
+        """Patroni's /replica: 200 while this node is a healthy follower that knows the
+        leader, so reads can be routed to standbys; 503 otherwise (leader, unknown...)."""
+        election = self.node.election(request.match_info.get("election"))
+        if election is None:
+            return self._unknown(request)
+        status = election.status()
+        follows = status.role is Role.FOLLOWER and status.leader is not None
+        code = 200 if follows and self.node.health() is None else 503
+        return _json(status.to_dict(), code, status.revision)
+
     async def watch(self, request: web.Request) -> web.StreamResponse:
         election = self.node.election(request.match_info.get("election"))
         if election is None:
             return self._unknown(request)
         try:
             query = request.query
-            revision = _revision(query.get("revision"))
-            timeout = _seconds(
+            revision = params.revision(query.get("revision"))
+            timeout = params.seconds(
                 query.get("timeout"), "timeout", DEFAULT_WATCH_TIMEOUT, MAX_WATCH_TIMEOUT
             )
-            stream = _flag(query.get("stream"), "stream")
-        except BadParameter as exc:
+            stream = params.flag(query.get("stream"), "stream")
+        except params.BadParameter as exc:
             return error(400, "bad_parameter", str(exc))
         accept = request.headers.get("Accept", "")
         if stream or _SSE in accept:
@@ -232,8 +280,10 @@ class _Api:
         try:
             # By default wait one ttl, so a standby (not this node) takes over.
             default = election.timing.ttl
-            cooldown = _seconds(request.query.get("cooldown"), "cooldown", default, MAX_COOLDOWN)
-        except BadParameter as exc:
+            cooldown = params.seconds(
+                request.query.get("cooldown"), "cooldown", default, MAX_COOLDOWN
+            )
+        except params.BadParameter as exc:
             return error(400, "bad_parameter", str(exc))
         election.resign(cooldown)
         status = election.status()
@@ -281,15 +331,20 @@ class _Api:
             message = f"unknown election {name!r}"
         return error(404, "unknown_election", message)
 
-    async def _unless_closing(self, work: Coroutine[Any, Any, T]) -> T | None:
-        """The result of ``work``, or None if the daemon shuts down first."""
+    async def _unless_closing(
+        self, work: Coroutine[Any, Any, T], timeout: float | None = None
+    ) -> T | None:
+        """The result of ``work``, or None if the daemon shuts down (or ``timeout``
+        passes) first."""
         if self.closing.is_set():
             work.close()
             return None
         task = asyncio.ensure_future(work)
         closing = asyncio.ensure_future(self.closing.wait())
         try:
-            await asyncio.wait((task, closing), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                (task, closing), timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             closing.cancel()
             if not task.done():
@@ -308,7 +363,11 @@ class _Api:
         with election.stream() as queue:
             await response.prepare(request)
             while True:
-                status = await self._unless_closing(queue.get())
+                status = await self._unless_closing(queue.get(), self.heartbeat)
+                if status is None and not self.closing.is_set():
+                    # SSE: a comment; NDJSON: an empty line. Also finds a client gone.
+                    await response.write(b": keep-alive\n\n" if sse else b"\n")
+                    continue
                 if status is None:
                     break
                 await response.write(_event(status, sse))
@@ -335,28 +394,3 @@ def _event(status: ElectionStatus, sse: bool) -> bytes:
     if sse:
         return b"id: %d\nevent: status\ndata: %s\n\n" % (status.revision, data)
     return data + b"\n"
-
-
-def _revision(raw: str | None) -> int | None:
-    if raw is None:
-        return None
-    if not _INTEGER.fullmatch(raw) or not 0 <= int(raw) <= MAX_REVISION:
-        raise BadParameter(f"revision must be an integer in [0, {MAX_REVISION}], got {raw!r}")
-    return int(raw)
-
-
-def _seconds(raw: str | None, name: str, default: float, maximum: float) -> float:
-    if raw is None:
-        return default
-    value = float(raw) if _NUMBER.fullmatch(raw) else math.nan
-    if not 0 <= value <= maximum:  # also rejects nan and inf
-        raise BadParameter(f"{name} must be a number of seconds in [0, {maximum:g}], got {raw!r}")
-    return value
-
-
-def _flag(raw: str | None, name: str) -> bool:
-    if raw is None:
-        return False
-    if raw not in _TRUE and raw not in _FALSE:
-        raise BadParameter(f"{name} must be one of 1, true, ndjson, sse, 0, false; got {raw!r}")
-    return raw in _TRUE

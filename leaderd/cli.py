@@ -20,7 +20,7 @@ COMMANDS = ("run", "status", "watch", "resign", "check-config")
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    command: list[str] = []
+    command: list[str] | None = None
     if "--" in args:
         split = args.index("--")
         args, command = args[:split], args[split + 1 :]
@@ -30,12 +30,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if parsed.command is None:
         _parser().print_help()
         return EXIT_USAGE
-    if command and parsed.command != "run":
+    if command is not None and parsed.command != "run":
         print(f"leaderd {parsed.command}: '-- COMMAND' only goes with run", file=sys.stderr)
+        return EXIT_USAGE
+    if command == []:
+        # leaderd@NAME runs `leaderd run ... -- $JOB_COMMAND`: an unset variable lands here.
+        print(
+            "leaderd run: no COMMAND after '--' (leaderd@NAME: set JOB_COMMAND in "
+            "/etc/leaderd/NAME.env)",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     try:
         if parsed.command == "run":
-            return _run(parsed, command)
+            return _run(parsed, command or [])
         handler = {
             "check-config": _check_config,
             "status": _status,
@@ -71,22 +79,41 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+_S, _DEFAULT_FILE = {"type": float, "metavar": "S"}, "/etc/leaderd/leaderd.toml if it exists"
+# (flags, argparse options) of run and check-config; help texts also fill the man page.
+_DAEMON_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+    (("-c", "--config"), {"dest": "config_file", "metavar": "FILE",
+                          "help": f"TOML configuration file (default: {_DEFAULT_FILE})"}),
+    (("--backend",), {"metavar": "URL", "help": "sqlite:///PATH, postgresql://..., "
+                      "postgresql+advisory://... or static:// (default: SQLite)"}),
+    (("--election",), {"dest": "elections", "action": "append", "metavar": "NAME",
+                       "help": "take part in election NAME (repeatable; default: default)"}),
+    (("--node-id",), {"metavar": "ID", "help": "this daemon's unique name (default: host name)"}),
+    (("--address",), {"metavar": "ADDR", "help": "published as leader.address while leading"}),
+    (("--socket",), {"metavar": "PATH", "help": "the API's Unix socket"}),
+    (("--socket-mode",), {"metavar": "MODE", "help": "the socket's permissions (default: 0660)"}),
+    (("--listen",), {"metavar": "HOST:PORT", "help": "also serve the API, read-only, on TCP"}),
+    (("--ttl",), {**_S, "help": "lease length (default: 15)"}),
+    (("--renew-interval",), {**_S, "help": "how often the leader renews (default: 5)"}),
+    (("--retry-interval",), {**_S, "help": "how often a follower tries (default: 2)"}),
+    (("--clock-drift",), {**_S, "help": "tolerated clock rate difference (default: 0.01)"}),
+    (("--safety-margin",), {**_S, "help": "taken off the local deadline (default: 0.2)"}),
+    (("--shutdown-timeout",), {**_S, "help": "bound on an orderly stop (default: 10)"}),
+    (("--kill-grace",), {**_S, "help": "SIGTERM to SIGKILL for COMMAND (default: 5)"}),
+    (("--on-exit",), {"choices": ("release", "restart"),
+                      "help": "when COMMAND exits: release the lease, or restart COMMAND"}),
+    (("--max-connections",), {"type": int, "metavar": "N",
+                              "help": "API connections per listener (default: 16384)"}),
+    (("--header-timeout",), {**_S, "help": "time to send a request's headers (default: 10)"}),
+    (("--keepalive-timeout",), {**_S, "help": "idle connections close after (default: 75)"}),
+    (("--log-format",), {"choices": ("text", "json"), "help": "text (default) or json"}),
+    (("--log-level",), {"metavar": "LEVEL", "help": "debug, info (default), warning, error"}),
+]  # fmt: skip
+
+
 def _daemon_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-c", "--config", dest="config_file", metavar="FILE")
-    p.add_argument("--backend", metavar="URL")
-    p.add_argument("--election", dest="elections", action="append", metavar="NAME")
-    p.add_argument("--node-id", metavar="ID")
-    p.add_argument("--address", metavar="ADDR")
-    p.add_argument("--socket", metavar="PATH")
-    p.add_argument("--socket-mode", metavar="MODE")
-    p.add_argument("--listen", metavar="HOST:PORT")
-    for name in ("ttl", "renew-interval", "retry-interval", "clock-drift", "safety-margin"):
-        p.add_argument(f"--{name}", type=float, metavar="S")
-    p.add_argument("--shutdown-timeout", type=float, metavar="S")
-    p.add_argument("--kill-grace", type=float, metavar="S")
-    p.add_argument("--on-exit", choices=("release", "restart"))
-    p.add_argument("--log-format", choices=("text", "json"))
-    p.add_argument("--log-level", metavar="LEVEL")
+    for flags, options in _DAEMON_OPTIONS:
+        p.add_argument(*flags, **options)
 
 
 def _client_options(p: argparse.ArgumentParser) -> None:
@@ -138,22 +165,26 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    """One election with --election; else every election in one table, and exit 0 only
+    if this node leads every one of them."""
     path = client_socket(args.socket)
     try:
-        code, body = client.request(path, "GET", client.election_path("/leader", args.election))
-        if code in (200, 503) and not args.quiet and not args.json:
-            _, node = client.request(path, "GET", "/status")
+        if args.election is not None:
+            code, body = client.request(path, "GET", client.election_path("/leader", args.election))
+            statuses = [body] if code in (200, 503) else []
+        else:
+            code, node = client.request(path, "GET", "/status")
+            statuses = list(node["elections"].values()) if code == 200 else []
+            body = statuses[0] if len(statuses) == 1 else statuses
     except client.Unreachable as exc:
         return _fail(exc, EXIT_UNREACHABLE, args.quiet)
-    if code not in (200, 503):
+    if not statuses:
         return _fail(_error_message(body), EXIT_USAGE, args.quiet)
     if args.json:
         sys.stdout.write(jsonio.dumps(body, indent=True).decode() + "\n")
     elif not args.quiet:
-        elections = node["elections"].values()
-        shown = [s for s in elections if args.election in (None, s["election"])]
-        sys.stdout.write(_table(shown))
-    return EXIT_OK if code == 200 else EXIT_NOT_LEADER
+        sys.stdout.write(_table(statuses))
+    return EXIT_OK if all(s["is_leader"] for s in statuses) else EXIT_NOT_LEADER
 
 
 def _watch(args: argparse.Namespace) -> int:
@@ -162,7 +193,7 @@ def _watch(args: argparse.Namespace) -> int:
     try:
         for code, status in client.stream(path, url):
             if code != 200:
-                return _fail(_error_message(status), EXIT_USAGE, False)
+                return _fail(_error_message(status, path, args.election), EXIT_USAGE, False)
             line = jsonio.dumps(status).decode() if args.json else _line(status)
             print(line, flush=True)
     except client.Unreachable as exc:
@@ -179,7 +210,7 @@ def _resign(args: argparse.Namespace) -> int:
     except client.Unreachable as exc:
         return _fail(exc, EXIT_UNREACHABLE, False)
     if code != 200:
-        return _fail(_error_message(body), EXIT_USAGE, False)
+        return _fail(_error_message(body, path, args.election), EXIT_USAGE, False)
     print(jsonio.dumps(body).decode() if args.json else _line(body))
     return EXIT_OK
 
@@ -215,10 +246,18 @@ def _line(s: dict[str, Any]) -> str:
     )
 
 
-def _error_message(body: Any) -> str:
-    if isinstance(body, dict) and isinstance(body.get("error"), dict):
-        return str(body["error"].get("message", body["error"]))
-    return f"unexpected answer: {body!r}"
+def _error_message(body: Any, socket_path: str = "", election: str | None = "") -> str:
+    """The API's error message; without --election while several run, which flag to add."""
+    if not (isinstance(body, dict) and isinstance(body.get("error"), dict)):
+        return f"unexpected answer: {body!r}"
+    if election is None and body["error"].get("code") == "unknown_election":
+        try:
+            _, node = client.request(socket_path, "GET", "/status")
+            names = ", ".join(node["elections"])
+        except (client.Unreachable, KeyError, TypeError):
+            names = "several"
+        return f"several elections run here ({names}): name one with --election NAME"
+    return str(body["error"].get("message", body["error"]))
 
 
 def _fail(message: object, code: int, quiet: bool) -> int:

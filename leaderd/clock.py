@@ -2,8 +2,8 @@
 
 Every deadline is judged on CLOCK_BOOTTIME: like CLOCK_MONOTONIC it never steps, and unlike
 it, it keeps counting while the host is suspended, so a resumed leader sees its lease gone
-(DESIGN §1.2). What no guest clock can see (a hypervisor pausing the VM without telling the
-guest kernel) is in docs/algorithm.md, "Assumptions".
+(docs/algorithm.md, "Self-fencing"). What no guest clock can see (a hypervisor pausing
+the VM without telling the guest kernel) is in docs/algorithm.md, "Assumptions".
 """
 
 from __future__ import annotations

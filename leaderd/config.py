@@ -15,16 +15,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from . import schema
 from .timing import Timing, TimingError
 
 DEFAULT_CONFIG_FILE = "/etc/leaderd/leaderd.toml"
 SOCKET_NAME = "leaderd.sock"
 _ELECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _TIMING_KEYS = tuple(f.name for f in fields(Timing))
-_TOP_KEYS = {
-    "node_id", "address", "backend", "socket", "socket_mode", "listen", "log_format",
-    "log_level", "shutdown_timeout", "kill_grace", "on_exit", "defaults", "elections",
-}  # fmt: skip
 # (setting, environment variable); timing settings also come from LEADERD_<NAME>.
 _ENV = {
     "node_id": "LEADERD_NODE_ID",
@@ -38,6 +35,9 @@ _ENV = {
     "shutdown_timeout": "LEADERD_SHUTDOWN_TIMEOUT",
     "kill_grace": "LEADERD_KILL_GRACE",
     "on_exit": "LEADERD_ON_EXIT",
+    "max_connections": "LEADERD_MAX_CONNECTIONS",
+    "header_timeout": "LEADERD_HEADER_TIMEOUT",
+    "keepalive_timeout": "LEADERD_KEEPALIVE_TIMEOUT",
     **{key: f"LEADERD_{key.upper()}" for key in _TIMING_KEYS},
 }
 
@@ -69,6 +69,13 @@ class Config:
     config_file: str | None
     # The default SQLite file's directory, which the daemon creates; None for a given URL.
     state_dir: str | None = None
+    # Open connections per listener; long polls and streams count. 10,000 watchers fit.
+    max_connections: int = 16384
+    # A client must finish sending a request's headers this long after it began (or after
+    # it connected): bounds slow clients ("slowloris") without bounding long polls.
+    header_timeout: float = 10.0
+    # An idle keep-alive connection (no request in progress) is closed after this long.
+    keepalive_timeout: float = 75.0
 
 
 def load(
@@ -98,10 +105,15 @@ def load(
         on_exit=_choice("on_exit", settings.get("on_exit", "release"), ("release", "restart")),
         elections=elections,
         config_file=path,
+        max_connections=_count("max_connections", settings.get("max_connections", 16384)),
+        header_timeout=_positive("header_timeout", settings.get("header_timeout", 10.0)),
+        keepalive_timeout=_positive("keepalive_timeout", settings.get("keepalive_timeout", 75.0)),
     )
 
 
-def read_toml(path: str) -> dict[str, Any]:
+def read_toml(path: str, *, validate: bool = True) -> dict[str, Any]:
+    """The file's settings, checked against config.schema.json (unless ``validate`` is
+    false: the client commands only look for ``socket``)."""
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)
@@ -109,12 +121,20 @@ def read_toml(path: str) -> dict[str, Any]:
         raise ConfigError(f"config file {path} does not exist") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {exc.start})") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    unknown = sorted(set(data) - _TOP_KEYS)
-    if unknown:
-        raise ConfigError(f"config file {path}: unknown setting {unknown[0]!r}")
+        raise ConfigError(f"config file {path} is not valid TOML: {_one_line(exc)}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path}: values nested too deeply") from None
+    problem = schema.breach(data) if validate else None
+    if problem:
+        raise ConfigError(f"config file {path}: {problem}")
     return data
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
 
 
 def client_socket(flag: str | None, env: Mapping[str, str] | None = None) -> str:
@@ -127,10 +147,10 @@ def client_socket(flag: str | None, env: Mapping[str, str] | None = None) -> str
     path = env.get("LEADERD_CONFIG") or _existing(DEFAULT_CONFIG_FILE)
     if path:
         try:
-            configured = read_toml(path).get("socket")
+            configured = read_toml(path, validate=False).get("socket")
         except ConfigError:
             configured = None
-        if configured:
+        if configured and isinstance(configured, str):
             return str(configured)
     return default_socket(env)
 
@@ -230,6 +250,23 @@ def _seconds(key: str, value: Any) -> float:
         raise ConfigError(f"{key} must be a number of seconds (got {value!r})") from None
     if seconds != seconds or seconds < 0 or seconds == float("inf"):
         raise ConfigError(f"{key} must be a finite number >= 0 (got {value!r})")
+    return seconds
+
+
+def _count(key: str, value: Any) -> int:
+    try:
+        count = int(str(value))
+    except ValueError:
+        raise ConfigError(f"{key} must be a whole number (got {value!r})") from None
+    if not 1 <= count <= 1_000_000:
+        raise ConfigError(f"{key} must be between 1 and 1000000 (got {value!r})")
+    return count
+
+
+def _positive(key: str, value: Any) -> float:
+    seconds = _seconds(key, value)
+    if not seconds > 0:
+        raise ConfigError(f"{key} must be a number of seconds > 0 (got {value!r})")
     return seconds
 
 

@@ -21,6 +21,7 @@ from . import __version__
 from .api import build_app, serve
 from .backends import Backend, BackendFatal, BackendUnavailable, Candidate, backend_from_url
 from .config import Config
+from .connections import Connections, FileBudget, Limits
 from .engine import Election
 from .limits import raise_open_files
 from .listener import SocketInUse, SocketPathError, UnixListener
@@ -31,6 +32,7 @@ from .systemd import Notifier, listen_fds
 log = logging.getLogger("leaderd")
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+_SPAWN_RETRY = 1.0  # first wait after the child could not be started (EMFILE, EAGAIN)
 
 
 class Daemon:
@@ -47,6 +49,7 @@ class Daemon:
         self._ready_sent = False
         self._forward: Callable[[int], None] | None = None
         self._signals = 0
+        self._budget: FileBudget | None = None
 
     async def run(self) -> int:
         """Serve until a signal (or the supervised child) ends it; return the exit code."""
@@ -133,20 +136,34 @@ class Daemon:
         """The read-write API on the Unix socket; the read-only one on any TCP listener."""
         cfg = self.config
         assert self._unix is not None
-        read_only = build_app(node, metrics=self.metrics, read_only=True)
-        self._runners.append(
-            await serve(build_app(node, metrics=self.metrics), unix_sock=self._unix.sock)
-        )
+        app = build_app(node, metrics=self.metrics)
+        unix = self._connections("unix")
+        self._runners.append(await serve(app, unix_sock=self._unix.sock, connections=unix))
         tcp = [s for s in self._activated if s.family in (socket.AF_INET, socket.AF_INET6)]
+        if not (tcp or cfg.listen):
+            return
+        read_only = build_app(node, metrics=self.metrics, read_only=True)
+        tcp_conns = self._connections("tcp")
         for sock in tcp:
-            self._runners.append(await serve(read_only, unix_sock=sock))
+            self._runners.append(await serve(read_only, unix_sock=sock, connections=tcp_conns))
         if cfg.listen and not tcp:
             try:
-                self._runners.append(await serve(read_only, tcp=cfg.listen))
+                self._runners.append(await serve(read_only, tcp=cfg.listen, connections=tcp_conns))
             except OSError as exc:
                 host, port = cfg.listen
                 raise SocketPathError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
             log.info("read-only listener on %s:%d", *cfg.listen)
+
+    def _connections(self, listener: str) -> Connections:
+        """One listener's connection limits; both listeners share the open-file budget."""
+        cfg = self.config
+        if self._budget is None:
+            self._budget = FileBudget()
+            log.debug("open connections at most %d (open files)", self._budget.capacity)
+        limits = Limits(cfg.max_connections, cfg.header_timeout, cfg.keepalive_timeout)
+        connections = Connections(listener, limits, self._budget)
+        self.metrics.watch_connections(connections)
+        return connections
 
     def _bind_unix(self) -> UnixListener:
         """The socket systemd passed us (socket activation), else our own at cfg.socket."""
@@ -181,14 +198,26 @@ class Daemon:
         )
         election.step_down_hook = supervisor.stop_child
         self._forward = supervisor.forward
-        try:
-            code = await supervisor.run()
-        except ChildStartError as exc:
-            log.error("%s", exc, extra={"event": "child_failed"})
-            self.request_stop(EXIT_USAGE)
+        retry = _SPAWN_RETRY
+        while True:
+            try:
+                code = await supervisor.run()
+            except ChildStartError as exc:
+                log.error("%s", exc, extra={"event": "child_failed"})
+                self.request_stop(EXIT_USAGE)
+                return
+            except OSError as exc:
+                # Out of files or processes for a moment: the host's trouble, not the
+                # command's; the lease is still ours, so try again rather than exit.
+                why = exc.strerror or str(exc)
+                log.error("cannot start the child: %s; trying again in %gs", why, retry,
+                          extra={"event": "child_failed"})  # fmt: skip
+                await asyncio.sleep(retry)
+                retry = min(retry * 2, 30.0)
+                continue
+            if code is not None:
+                self.request_stop(code)
             return
-        if code is not None:
-            self.request_stop(code)
 
     async def _watchdog(self, node: Node, interval: float) -> None:
         """Ping systemd only while every election loop turns: a stall gets us restarted."""

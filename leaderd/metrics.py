@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 
 from . import __version__
 from .backends.base import Backend, BackendError, Candidate, Lease
+from .connections import Connections
 from .engine import Election
 from .node import Node
 from .status import ElectionStatus
@@ -71,6 +72,7 @@ class Metrics:
             {"version": version}
         )
         self._watched: set[int] = set()
+        self._connections: ConnectionCollector | None = None
 
     def wrap(self, backend: Backend) -> MeteredBackend:
         """The backend, timed and counted; give this one to the elections."""
@@ -88,6 +90,13 @@ class Metrics:
             # Collected after the gauges, whose status() calls may publish a transition:
             # a scrape that shows is_leader 0 for the first time also counts its step-down.
             self.registry.register(self.transitions)
+
+    def watch_connections(self, connections: Connections) -> None:
+        """Export one listener's connection counts (read at scrape time)."""
+        if self._connections is None:
+            self._connections = ConnectionCollector()
+            self.registry.register(self._connections)
+        self._connections.listeners.append(connections)
 
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric in the registry."""
@@ -161,6 +170,56 @@ class ElectionCollector(Collector):
         )
 
 
+class ConnectionCollector(Collector):
+    """The API listeners' connections: open now, refused, timed out, malformed requests."""
+
+    def __init__(self) -> None:
+        self.listeners: list[Connections] = []
+
+    def describe(self) -> list[Metric]:
+        return list(self._families())
+
+    def collect(self) -> Iterator[Metric]:
+        open_, rejected, timed_out, bad = self._families()
+        for c in self.listeners:
+            open_.add_metric([c.listener], float(c.open))
+            for reason, count in c.rejected.items():
+                rejected.add_metric([c.listener, reason], float(count))
+            for timeout, count in c.timed_out.items():
+                timed_out.add_metric([c.listener, timeout], float(count))
+            bad.add_metric([c.listener], float(c.bad_requests))
+        yield from (open_, rejected, timed_out, bad)
+
+    @staticmethod
+    def _families() -> tuple[
+        GaugeMetricFamily, CounterMetricFamily, CounterMetricFamily, CounterMetricFamily
+    ]:
+        return (
+            GaugeMetricFamily(
+                "leaderd_http_connections",
+                "Open connections to the API (long polls and streams included), by listener.",
+                labels=["listener"],
+            ),
+            CounterMetricFamily(
+                "leaderd_http_connections_rejected",
+                "Connections answered 503 too_many_connections: over max_connections, or "
+                "over what the open-file limit leaves (open_files).",
+                labels=["listener", "reason"],
+            ),
+            CounterMetricFamily(
+                "leaderd_http_connections_timed_out",
+                "Connections closed for sending no complete request headers within "
+                "header_timeout (header), or idle for keepalive_timeout (idle).",
+                labels=["listener", "timeout"],
+            ),
+            CounterMetricFamily(
+                "leaderd_http_bad_requests",
+                "Malformed HTTP requests answered 400 (logged one line at a time).",
+                labels=["listener"],
+            ),
+        )
+
+
 class MeteredBackend(Backend):
     """Any backend, with each request timed and each BackendError counted.
 
@@ -177,6 +236,9 @@ class MeteredBackend(Backend):
             op: metrics.backend_request_seconds.labels(kind, op)
             for op in ("open", "observe", "acquire_or_renew", "release")
         }
+        for error in _error_kinds(BackendError):
+            # Exported as 0 from the start: increase() cannot see a series' first sample.
+            self._errors.labels(kind, error.__name__)
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for attributes not found on the wrapper, e.g. the ClassVar ``kind``.
@@ -240,3 +302,11 @@ class MeteredBackend(Backend):
 
     def _count(self, exc: BackendError) -> None:
         self._errors.labels(self._kind, type(exc).__name__).inc()
+
+
+def _error_kinds(base: type[BackendError]) -> list[type[BackendError]]:
+    """Every subclass of ``base`` (BackendUnavailable, BackendFatal, LeaseLost, ...)."""
+    kinds = []
+    for kind in base.__subclasses__():
+        kinds += [kind, *_error_kinds(kind)]
+    return kinds

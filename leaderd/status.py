@@ -1,4 +1,4 @@
-"""ElectionStatus: the answer every endpoint, CLI command and watcher receives (DESIGN §3)."""
+"""ElectionStatus: the answer every endpoint, CLI command and watcher receives (docs/api.md)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ class ElectionStatus:
 
 @functools.lru_cache(maxsize=64)  # the same few instants, formatted for every watcher
 def format_time(when: dt.datetime | None) -> str | None:
-    """RFC 3339 in UTC with milliseconds and a Z, as in DESIGN §3."""
+    """RFC 3339 in UTC with milliseconds and a Z, as in docs/api.md."""
     if when is None:
         return None
     utc = when.astimezone(dt.UTC)

@@ -1,4 +1,7 @@
-"""Election timing and the rules that make it safe (DESIGN §1.8): rejected, never repaired."""
+"""Election timing and the rules that make it safe: rejected, never repaired.
+
+The rules are listed at the top of docs/algorithm.md.
+"""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ STREAM_BACKLOG = 256
 class Watchers:
     def __init__(self, election: str, changed_at: dt.datetime) -> None:
         self.election = election
-        # Moves by one on every change of role, leader or term (DESIGN §3).
+        # Moves by one on every change of role, leader or term (docs/api.md).
         self.revision = 0
         self.changed_at = changed_at
         self._changed = asyncio.Event()
@@ -48,6 +48,10 @@ class Watchers:
         changed.set()
         for queue in self._streams:
             _offer(queue, status)
+        self.announce(status)
+
+    def announce(self, status: ElectionStatus) -> None:
+        """Call the listeners with the status, with no new revision (readiness moved)."""
         for listener in self._listeners:
             try:
                 listener(status)

@@ -59,7 +59,9 @@ class Daemon:
         ]  # fmt: skip
         if command:
             self.args += ["--", *command]
-        self.env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+        # A static:// daemon keeps its terms in the state directory: the test's own.
+        own = {"PYTHONPATH": str(REPO), "STATE_DIRECTORY": workdir}
+        self.env = {**os.environ, **own, **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Daemon:

@@ -67,7 +67,13 @@ ttl = 60
     config = load({"socket": "/tmp/flag.sock"}, env, file=path)
     assert config.node_id == "from-env"
     assert config.socket == "/tmp/flag.sock"
-    assert config.backend == "static://" and config.state_dir is None
+    # A bare static:// keeps its terms in the state directory, so they survive restarts.
+    assert config.backend == "static:///var/lib/leaderd/static-terms.json" or (
+        os.geteuid() != 0 and config.backend.endswith("/leaderd/static-terms.json")
+    )
+    assert config.state_dir is not None and config.backend.startswith(
+        f"static://{config.state_dir}"
+    )
     timings = {e.name: e.timing for e in config.elections}
     assert timings["default"].ttl == 30 and timings["scheduler"].ttl == 60
     assert timings["scheduler"].renew_interval == 10
@@ -96,19 +102,57 @@ def test_config_file_from_environment(tmp_path: Path) -> None:
     ("text", "message"),
     [
         ("nodeid = 'x'", "unknown setting 'nodeid'"),
-        ("[elections.default]\ntll = 3", "election default: unknown setting 'tll'"),
-        ("[defaults]\nttl = 'soon'", "ttl must be a number of seconds"),
+        ("[elections.default]\ntll = 3", "unknown setting 'tll' in [elections.default]"),
+        ("[defaults]\nttl = 'soon'", "[defaults] ttl must be a number of seconds"),
         ("socket_mode = '0999'", "socket_mode must be octal"),
         ("log_format = 'xml'", "log_format must be one of text, json"),
         ("[elections.'bad name']", "election name 'bad name'"),
         ("kill_grace = 12", "kill_grace (12s) must be less than ttl * (1 - clock_drift)"),
         ("this is not toml", "is not valid TOML"),
+        # Each of these crashed the loader with a traceback (exit 1) before the schema.
+        ("elections = 5", "elections must be a table of [elections.NAME] tables (got 5)"),
+        ("elections = ['a', 'b']", "elections must be a table of [elections.NAME] tables"),
+        ("elections = {a = 5}", "[elections] a must be a table of timing settings"),
+        ('defaults = "x"', "defaults must be a table of timing settings, [defaults] (got 'x')"),
+        ("[defaults]\nttl = true", "[defaults] ttl must be a number of seconds >= 0 (got True)"),
+        ("[elections.a]\nttl = [15]", "[elections.a] ttl must be a number of seconds"),
+        ("listen = 4040", "listen must be HOST:PORT"),
+        ("node_id = 'a b'", "node_id must be 1-253 characters without spaces"),
+        ("max_connections = 1.5", "max_connections must be an integer"),
+        ("header_timeout = 0", "header_timeout must be a number of seconds > 0"),
+        ("a = [" * 2000 + "]" * 2000, "config file"),
     ],
 )
 def test_bad_file_is_one_clear_line(tmp_path: Path, text: str, message: str) -> None:
     with pytest.raises(ConfigError) as err:
         load(NO_FLAGS, {"HOSTNAME": "h"}, file=toml(tmp_path, text))
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_file_that_is_not_utf8_is_one_clear_line(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.toml"
+    path.write_bytes("node_id = 'n\u0153ud'\n".encode("cp1252"))
+    with pytest.raises(ConfigError, match=r"is not UTF-8 text \(byte 12\)"):
+        load(NO_FLAGS, {"HOSTNAME": "h"}, file=str(path))
+
+
+def test_connection_limits_from_file_env_and_flags(tmp_path: Path) -> None:
+    path = toml(tmp_path, "max_connections = 100\nheader_timeout = 2.5\n")
+    config = load(NO_FLAGS, {"HOSTNAME": "h"}, file=path)
+    assert (config.max_connections, config.header_timeout, config.keepalive_timeout) == (
+        100,
+        2.5,
+        75.0,
+    )
+    env = {"HOSTNAME": "h", "LEADERD_MAX_CONNECTIONS": "200", "LEADERD_KEEPALIVE_TIMEOUT": "5"}
+    config = load({"header_timeout": 1.0}, env, file=path)
+    assert (config.max_connections, config.header_timeout, config.keepalive_timeout) == (
+        200,
+        1.0,
+        5.0,
+    )
+    with pytest.raises(ConfigError, match="max_connections must be a whole number"):
+        load(NO_FLAGS, {"HOSTNAME": "h", "LEADERD_MAX_CONNECTIONS": "lots"})
 
 
 def test_missing_config_file_is_an_error(tmp_path: Path) -> None:

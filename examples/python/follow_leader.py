@@ -28,9 +28,9 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.sock.connect(self.path)
 
 
-def watch(sock: str, election: str, revision: int | None, timeout: int = 30) -> dict:
+def watch(sock: str, election: str, revision: int, timeout: int = 30) -> dict:
     """One long poll: the status once its revision differs from ours, or after timeout."""
-    query = f"?timeout={timeout}" + (f"&revision={revision}" if revision is not None else "")
+    query = f"?timeout={timeout}&revision={revision}"
     conn = UnixHTTPConnection(sock, timeout + 5)
     try:
         conn.request("GET", f"/watch/{election}{query}")
@@ -66,13 +66,14 @@ def main() -> None:
     args = parser.parse_args()
     worker: Worker | None = None
     # Revisions start at 1, so asking with 0 answers the current state at once.
-    revision: int | None = 0
+    revision = 0
     while True:
         try:
             status = watch(args.socket, args.election, revision)
         except OSError as exc:
             print(f"leaderd unreachable ({exc}); not leading", flush=True)
-            status = {"is_leader": False, "role": "unknown", "term": 0, "revision": None}
+            # Revision 0 again: a daemon that (re)starts answers the next poll at once.
+            status = {"is_leader": False, "role": "unknown", "term": 0, "revision": 0}
             time.sleep(1)
         revision = status["revision"]
         if status["is_leader"] and worker is None:

@@ -8,7 +8,8 @@ revision=0  # revisions start at 1: the first answer is the current state
 while :; do
     body=$(curl -sf --unix-socket "$SOCK" \
         "http://localhost/watch/$ELECTION?timeout=60&revision=$revision") || {
-        sleep 1  # daemon restarting: try again
+        revision=0  # daemon not there yet, or restarting: its next answer comes at once
+        sleep 1
         continue
     }
     revision=$(printf '%s' "$body" | sed -n 's/.*"revision":\([0-9]*\).*/\1/p')

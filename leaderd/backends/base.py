@@ -9,11 +9,12 @@ Contract shared by every backend (the contract test suite checks it):
 * At most one holder per election at any instant, as judged by the backend's own
   clock (the PostgreSQL server's ``now()``, the host's clock for SQLite).
 * A holder is a node id *and* an instance token (one per process): a lease held by
-  the same node id under another instance belongs to someone else (DESIGN §1.9).
+  the same node id under another instance belongs to someone else (docs/algorithm.md,
+  "Holders, instances and taking over").
 * A lease that was not released is taken over only when the backend judges it expired
   *and* the engine names the exact ``version`` it has watched stay unchanged for one
   ttl on its own clock (``takeover``): a step of the backend's clock alone cannot cut
-  a live holder's lease short (DESIGN §1.3).
+  a live holder's lease short (docs/algorithm.md, same section).
 * ``term`` strictly increases on every acquisition (a new holder, or the same
   holder again after its lease expired or was released), and is at least the
   ``min_term`` the engine asks for (its high-water mark + 1); a renewal keeps it.
@@ -64,7 +65,7 @@ class Candidate:
     node_id: str
     address: str = ""
     # One per process: a restarted daemon, or a second daemon with the same node id, is
-    # another holder (DESIGN §1.9).
+    # another holder (docs/algorithm.md, "Holders, instances and taking over").
     instance: str = field(default_factory=new_instance)
 
 

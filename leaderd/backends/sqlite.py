@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 import os
 import re
 import sqlite3
@@ -38,10 +39,13 @@ from .sqlite_host import (
     FileIdentity,
     ForeignWriters,
     boot_id,
+    persist_wal,
     refuse_shared_filesystem,
 )
 from .sqlite_schema import CAS, RELEASE, SELECT, prepare
 from .sqlite_wake import CommitWatcher
+
+log = logging.getLogger(__name__)
 
 _DEFAULT_TABLE = "leaderd_lease"
 _DEFAULT_BUSY_TIMEOUT_MS = 5000
@@ -245,6 +249,8 @@ class SQLiteBackend(Backend):
                 self.path, timeout=self._busy_timeout, isolation_level=None
             )
             try:
+                if not await conn._execute(persist_wal, conn._conn, self.path):  # type: ignore[no-untyped-call]
+                    log.warning("SQLite file %s: cannot keep its WAL on close", self.path)
                 await prepare(conn, self.table, self._elections, alone, self._boot_id)
                 self._identity = self._identity or FileIdentity.of(self.path)
             except BaseException:

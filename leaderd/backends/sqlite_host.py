@@ -1,4 +1,6 @@
-"""What keeps a SQLite lease file to one host (DESIGN §1.10): the guards the backend trusts.
+"""What keeps a SQLite lease file to one host: the guards the backend trusts.
+
+docs/algorithm.md, "Assumptions", lists them with the rest; docs/sqlite.md in detail.
 
 A SQLite lease judges expiry on this kernel's CLOCK_BOOTTIME, so every writer must share
 that kernel. Each guard turns a broken assumption into a refusal, never a second leader:
@@ -17,8 +19,10 @@ that kernel. Each guard turns a broken assumption into a refusal, never a second
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import os
+import sqlite3
 from dataclasses import dataclass
 
 from .base import BackendFatal, LeaseLost
@@ -144,3 +148,45 @@ class ForeignWriters:
                 f"{row_boot_id[:8]}…, this host is {my_boot_id[:8]}…): a SQLite lease file "
                 f"serves the daemons of one host only; {ALTERNATIVES}"
             )
+
+
+_PERSIST_WAL = 10  # SQLITE_FCNTL_PERSIST_WAL, from sqlite3.h
+
+
+def persist_wal(conn: sqlite3.Connection, path: str) -> bool:
+    """Keep the -wal and -shm files when this connection closes.
+
+    SQLite's last connection to close deletes "<file>-wal" and "<file>-shm" *by name*. If
+    the lease file was deleted and a new one created meanwhile, a daemon still holding the
+    old file would delete the new file's WAL on shutdown: its commits (granted terms) lost.
+    With the files kept, closing touches nothing but the old inode. False where the
+    library's file control cannot be reached (then the hazard is documented only).
+    """
+    lib = _sqlite_library()
+    if lib is None:
+        return False
+    # CPython's connection object starts with its sqlite3* handle, right after the header.
+    handle = ctypes.c_void_p.from_address(id(conn) + object.__basicsize__).value
+    name = lib.sqlite3_db_filename(ctypes.c_void_p(handle), b"main")
+    if not name or os.path.realpath(name.decode(errors="replace")) != os.path.realpath(path):
+        return False  # not the handle we think it is: touch nothing
+    flag = ctypes.c_int(1)
+    control = lib.sqlite3_file_control
+    return int(control(ctypes.c_void_p(handle), b"main", _PERSIST_WAL, ctypes.byref(flag))) == 0
+
+
+def _sqlite_library() -> ctypes.CDLL | None:
+    """The SQLite library that Python's sqlite3 module itself uses (looked up through it)."""
+    try:
+        import _sqlite3
+
+        lib = ctypes.CDLL(_sqlite3.__file__)
+        lib.sqlite3_db_filename.restype = ctypes.c_char_p
+        lib.sqlite3_db_filename.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        lib.sqlite3_file_control.restype = ctypes.c_int
+        lib.sqlite3_file_control.argtypes = [
+            ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p,
+        ]  # fmt: skip
+    except (OSError, AttributeError, ImportError):
+        return None
+    return lib

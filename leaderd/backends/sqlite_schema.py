@@ -49,9 +49,11 @@ RELEASE = """
 UPDATE {table} SET holder = NULL, instance = '', address = '', expires_at = :wall,
     expires_boottime = :now, version = version + 1
 WHERE election = :election AND holder = :holder AND instance = :instance AND term = :term"""
+# A new file's terms start at the wall clock in milliseconds, above any term a file it
+# replaces could have granted: a deleted lease file never restarts terms at 1.
+SEED = "INSERT OR IGNORE INTO {table} (election, term) VALUES (?, ?)"
 # A file created while other daemons still run (on a file since deleted): its rows name an
-# unknown holder (''), expired, so the first acquisition waits one ttl (DESIGN §1.3), and
-# its terms start at the wall clock in milliseconds, above any term the old file granted.
+# unknown holder (''), expired, so the first acquisition waits one ttl (docs/sqlite.md).
 PLACEHOLDER = """
 INSERT OR IGNORE INTO {table} (election, holder, term, boot_id, expires_boottime, version)
 VALUES (?, '', ?, ?, ?, 1)"""
@@ -81,12 +83,8 @@ async def prepare(
         await conn.execute(CREATE.format(table=table))
         if not new_file and schema < SCHEMA_VERSION:
             await _migrate(conn, table)
-        if new_file and not alone:
-            floor = int(time.time() * 1000)
-            for election in elections:
-                await conn.execute(
-                    PLACEHOLDER.format(table=table), (election, floor, my_boot_id, boottime())
-                )
+        if new_file:
+            await _seed(conn, table, elections, alone, my_boot_id)
         for election in elections:  # so an operator sees every election, even one never held
             await conn.execute(f"INSERT OR IGNORE INTO {table} (election) VALUES (?)", (election,))
         await conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")  # always writes
@@ -95,6 +93,17 @@ async def prepare(
         with suppress(sqlite3.Error):
             await conn.execute("ROLLBACK")
         raise
+
+
+async def _seed(
+    conn: aiosqlite.Connection, table: str, elections: Sequence[str], alone: bool, boot: str
+) -> None:
+    floor = int(time.time() * 1000)
+    for election in elections:
+        if alone:
+            await conn.execute(SEED.format(table=table), (election, floor))
+        else:
+            await conn.execute(PLACEHOLDER.format(table=table), (election, floor, boot, boottime()))
 
 
 async def _table_exists(conn: aiosqlite.Connection, table: str) -> bool:

@@ -15,6 +15,8 @@ import sqlite3
 import time
 from contextlib import suppress
 
+from .sqlite_host import persist_wal
+
 _IN_MODIFY = 0x2  # from <sys/inotify.h>
 # Without an inotify event, look anyway this often (a missed event only costs latency).
 _IDLE_POLL_INTERVAL = 0.5
@@ -60,8 +62,14 @@ class CommitWatcher:
         if self._conn is None:
             try:
                 self._conn = await asyncio.to_thread(
-                    sqlite3.connect, self.path, 0, isolation_level=None, check_same_thread=False
+                    sqlite3.connect,
+                    f"file:{self.path}?mode=rw",  # never create the file: only the backend does
+                    0,
+                    isolation_level=None,
+                    check_same_thread=False,
+                    uri=True,
                 )
+                persist_wal(self._conn, self.path)  # closing must never delete a new file's WAL
             except sqlite3.Error:
                 return  # waiters still wake on their timeout, and their reads report the error
         written = asyncio.Event()

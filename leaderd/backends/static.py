@@ -1,6 +1,6 @@
 """static:// — this node always leads. Single-node and development mode.
 
-The term still strictly increases across restarts (DESIGN §1.4): with a path
+The term still strictly increases across restarts (docs/algorithm.md, "Fencing token"): with a path
 (``static:///var/lib/leaderd/static-terms.json``, what a bare ``static://`` in the daemon's
 configuration becomes) the last term of each election is kept in that file, written
 atomically and fsynced before the lease is granted. Without a path (tests), terms live in

@@ -26,6 +26,18 @@ FAST = Timing(ttl=3.0, renew_interval=0.5, retry_interval=0.2)
 ADDRESS = "10.0.0.5:8080"
 
 
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """The connection tests run on both loops the daemon may use: uvloop's transports are
+    not asyncio's (its sockets, its close and EOF handling)."""
+    if item.module is not None and item.module.__name__.endswith("test_connections"):
+        import uvloop
+
+        return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
+    return {"asyncio": asyncio.new_event_loop}
+
+
 class MakeNode(Protocol):
     async def __call__(
         self,

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from leaderd import __version__
+from leaderd.api import build_app
 from leaderd.backends import redact_url
 from leaderd.backends.sqlite import SQLiteBackend
 from leaderd.backends.static import StaticBackend
@@ -154,14 +155,14 @@ async def test_unknown_path_404_json(api: Any, path: str) -> None:
 @pytest.mark.parametrize(
     ("method", "path", "allow"),
     [
-        ("POST", "/leader", "GET, HEAD"),
-        ("DELETE", "/leader/default", "GET, HEAD"),
-        ("GET", "/resign", "POST"),
-        ("PUT", "/resign/default", "POST"),
-        ("POST", "/watch", "GET"),
-        ("HEAD", "/watch", "GET"),
-        ("POST", "/status", "GET, HEAD"),
-        ("PATCH", "/metrics", "GET, HEAD"),
+        ("POST", "/leader", "GET, HEAD, OPTIONS"),
+        ("DELETE", "/leader/default", "GET, HEAD, OPTIONS"),
+        ("GET", "/resign", "POST, OPTIONS"),
+        ("PUT", "/resign/default", "POST, OPTIONS"),
+        ("POST", "/watch", "GET, OPTIONS"),
+        ("HEAD", "/watch", "GET, OPTIONS"),
+        ("POST", "/status", "GET, HEAD, OPTIONS"),
+        ("PATCH", "/metrics", "GET, HEAD, OPTIONS"),
     ],
 )
 async def test_wrong_method_405_json_with_allow(
@@ -338,3 +339,51 @@ async def test_status_fields_and_no_password(api: Any) -> None:
     assert body["backend"]["last_error"] is None
     assert set(body["elections"]) == {"default", "jobs"}
     check_leader_status(body["elections"]["jobs"], "jobs")
+
+
+async def test_standby_200_only_for_a_healthy_follower_that_knows_the_leader(
+    api: Any,
+    make_node: Any,
+    aiohttp_client: Any,
+    sqlite_backend: SQLiteBackend,
+    tmp_path: Any,
+    monkeypatch: Any,
+) -> None:
+    leader = await make_node(backend=sqlite_backend, node_id="node-a")
+    await eventually(lambda: leader.elections["default"].status().is_leader)
+    leader_client = await aiohttp_client(build_app(leader))
+    other = SQLiteBackend.from_url(f"sqlite://{tmp_path}/leaderd.db")
+    node, client = await api(backend=other, node_id="node-b")
+    await eventually(lambda: node.elections["default"].status().role.value == "follower")
+    for path in ("/standby", "/standby/default"):
+        resp = await client.get(path)
+        assert resp.status == 200, await resp.text()
+        body = await resp.json()
+        assert set(body) == STATUS_FIELDS and body["leader"]["node_id"] == "node-a"
+        assert resp.headers["Leaderd-Revision"] == str(body["revision"])
+        assert (await client.head(path)).status == 200
+    # The leader is no standby; neither is an unhealthy follower, nor an unknown election.
+    assert (await leader_client.get("/standby")).status == 503
+    monkeypatch.setattr(node, "health", lambda: "election default: loop stalled")
+    assert (await client.get("/standby")).status == 503
+    assert (await client.get("/standby/nope")).status == 404
+
+
+@pytest.mark.parametrize(
+    ("path", "allow"),
+    [
+        ("/", "GET, HEAD, POST, OPTIONS"),
+        ("/no/such/path", "GET, HEAD, POST, OPTIONS"),
+        ("/leader", "GET, HEAD, OPTIONS"),
+        ("/standby/default", "GET, HEAD, OPTIONS"),
+        ("/watch", "GET, OPTIONS"),
+        ("/resign", "POST, OPTIONS"),
+    ],
+)
+async def test_options_answers_200_with_allow_on_any_path(api: Any, path: str, allow: str) -> None:
+    """HAProxy's default `option httpchk` sends `OPTIONS /`: it got 405."""
+    _, client = await api(read_only=True)
+    resp = await client.options(path)
+    assert resp.status == 200
+    assert resp.headers["Allow"] == allow
+    assert (await client.request("PATCH", "/leader")).headers["Allow"] == "GET, HEAD, OPTIONS"

@@ -45,10 +45,11 @@ async def test_metrics_follow_an_election(api: Any, sqlite_backend: SQLiteBacken
     await eventually(lambda: all(e.status().is_leader for e in node.elections.values()))
 
     samples = await scrape(client)
+    first = {name: e.status().term for name, e in node.elections.items()}  # a new file's seed
     assert value(samples, "leaderd_build_info", version=__version__) == 1
     for name in ("default", "jobs"):
         assert value(samples, "leaderd_is_leader", election=name) == 1
-        assert value(samples, "leaderd_term", election=name) == 1
+        assert value(samples, "leaderd_term", election=name) == first[name]
         assert value(samples, "leaderd_transitions_total", election=name) == 1
         assert value(samples, "leaderd_watchers", election=name) == 0
         valid = value(samples, "leaderd_lease_valid_seconds", election=name)
@@ -77,9 +78,9 @@ async def test_metrics_follow_an_election(api: Any, sqlite_backend: SQLiteBacken
     await eventually(lambda: election.status().is_leader)
     samples = await scrape(client)
     assert value(samples, "leaderd_is_leader", election="default") == 1
-    assert value(samples, "leaderd_term", election="default") == 2
+    assert value(samples, "leaderd_term", election="default") == first["default"] + 1
     assert value(samples, "leaderd_transitions_total", election="default") == 3
-    assert value(samples, "leaderd_term", election="jobs") == 1
+    assert value(samples, "leaderd_term", election="jobs") == first["jobs"]
     assert value(
         samples, "leaderd_backend_request_seconds_count", backend="sqlite", operation="release"
     )
@@ -143,6 +144,11 @@ async def test_metered_backend_counts_errors_and_passes_through() -> None:
     metrics = Metrics()
     inner = FlakyBackend([BackendUnavailable("db down"), BackendFatal("bad"), BackendUnavailable()])
     backend = metrics.wrap(inner)
+    # Every kind is there at 0 before the first error, so increase() sees the first one.
+    errors = "leaderd_backend_errors_total"
+    zero = parse(metrics.exposition().decode())
+    for kind in ("BackendUnavailable", "BackendFatal", "LeaseLost"):
+        assert value(zero, errors, backend="static", kind=kind) == 0
     assert isinstance(backend, MeteredBackend)
     assert backend.kind == "static"
     assert backend.description == "static://"
@@ -160,7 +166,6 @@ async def test_metered_backend_counts_errors_and_passes_through() -> None:
     assert (await backend.observe("default")).holder is None
 
     samples = parse(metrics.exposition().decode())
-    errors = "leaderd_backend_errors_total"
     assert value(samples, errors, backend="static", kind="BackendUnavailable") == 2
     assert value(samples, errors, backend="static", kind="BackendFatal") == 1
     seconds = "leaderd_backend_request_seconds_count"
@@ -179,3 +184,11 @@ async def test_two_daemons_do_not_share_a_registry(make_node: Any) -> None:
     first.transitions.labels("default").inc()
     assert "leaderd_transitions_total" in first.exposition().decode()
     assert "leaderd_transitions_total{" not in second.exposition().decode()
+
+
+async def test_metrics_are_leaderds_own(api: Any) -> None:
+    """No process_* or python_* series: docs/metrics.md lists all there is (and the unit's
+    ProcSubset comment relies on it)."""
+    _, client = await api(["default"], metrics=Metrics())
+    names = {name for name, _ in await scrape(client)}
+    assert names and all(name.startswith("leaderd_") for name in names), sorted(names)

@@ -251,3 +251,28 @@ async def test_serve_needs_a_listener(make_node: Any) -> None:
     node = await make_node(run=False)
     with pytest.raises(ValueError, match="listener"):
         await serve(build_app(node))
+
+
+@pytest.mark.parametrize(
+    ("query", "heartbeat"), [("stream=1", b"\n"), ("stream=sse", b": keep-alive\n\n")]
+)
+async def test_streams_send_heartbeats_between_changes(
+    make_node: Any, aiohttp_client: Any, query: str, heartbeat: bytes
+) -> None:
+    """Proxies and load balancers cut streams that stay silent: one heartbeat per period."""
+    node = await make_node()
+    election = await leading(node)
+    client = await aiohttp_client(build_app(node, heartbeat=0.1))
+    resp = await client.get(f"/watch?{query}")
+    first = await resp.content.readuntil(b"\n\n" if query.endswith("sse") else b"\n")
+    started = time.monotonic()
+    beats = [await resp.content.readexactly(len(heartbeat)) for _ in range(3)]
+    assert beats == [heartbeat] * 3
+    assert 0.2 < time.monotonic() - started < 2
+    election.resign(60)  # a change still arrives as an event, between heartbeats
+    line = b""
+    while not line.startswith((b"{", b"data: ")):  # past heartbeats, SSE id and event
+        line = await resp.content.readline()
+    event = line.removeprefix(b"data: ")
+    assert orjson.loads(event)["role"] == "follower" and first
+    resp.close()

@@ -101,7 +101,12 @@ async def test_the_file_is_in_wal_mode_with_the_documented_schema(db: Path, open
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert [r[1] for r in conn.execute("PRAGMA table_info(my_lease)")] == COLUMNS
         rows = conn.execute("SELECT election, holder, term FROM my_lease ORDER BY 1").fetchall()
-    assert rows == [("default", None, 0), ("other", None, 0)]  # every election is visible
+    # Every election is visible, free, its terms seeded from the wall clock in milliseconds.
+    assert [(election, holder) for election, holder, _ in rows] == [
+        ("default", None),
+        ("other", None),
+    ]
+    assert all(abs(term - time.time() * 1000) < 60_000 for _, _, term in rows)
     await backend.close()
 
 
@@ -360,7 +365,7 @@ async def test_processes_contending_on_one_file_never_overlap(db: Path) -> None:
         outputs.append(json.loads(out))
     # Round one: all at once, long ttl: exactly one holder, the same answer for everyone.
     assert len({(o["holder"], o["term"]) for o in outputs}) == 1
-    assert outputs[0]["holder"] in nodes and outputs[0]["term"] == 1
+    assert outputs[0]["holder"] in nodes and outputs[0]["term"] > 1_000_000_000_000  # seeded
     # The churn: one holder per term, and no two nodes ever believed they led at once.
     spans = [(n, *span) for n, o in zip(nodes, outputs, strict=True) for span in o["held"]]
     spans = [span for span in spans if span[2] < span[3]]  # an answer after sent + ttl: nothing

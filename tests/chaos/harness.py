@@ -33,7 +33,7 @@ from .proxy import FaultProxy
 BACKENDS = ("sqlite", "postgresql", "advisory")
 PROCESS_FAULTS = ("sigkill", "sigstop", "sigterm")
 FAULTS = {
-    "sqlite": (*PROCESS_FAULTS, "db_lock"),
+    "sqlite": (*PROCESS_FAULTS, "db_lock", "duplicate_node_id", "file_replaced"),
     "postgresql": (*PROCESS_FAULTS, "pg_restart", "pg_terminate", "latency", "blackhole", "reset"),
 }
 FAULTS["advisory"] = FAULTS["postgresql"]
@@ -42,6 +42,8 @@ ALL_FAULTS = tuple(dict.fromkeys(FAULTS["sqlite"] + FAULTS["postgresql"]))
 # injection (DESIGN §1.6; for SIGSTOP counted from the stop). The others hold the cluster
 # back while they last: a leader is owed from the heal.
 _AT_ONCE = ("sigkill", "sigterm", "sigstop", "pg_terminate", "reset")
+# Faults aimed at no node: the harness picks their target itself.
+_NO_TARGET = {"pg_restart": "postgres", "db_lock": "sqlite", "file_replaced": "sqlite"}
 _SCHEME = {"postgresql": "postgresql", "advisory": "postgresql+advisory"}
 
 
@@ -128,10 +130,14 @@ class Node:
         self.down = False  # killed or terminated by the harness, restart pending
         self.stopped = False  # SIGSTOPped
         self.busy = False  # a network fault is on its link
+        self.started = 0.0  # harness monotonic time of the last (re)start
 
     @property
     def available(self) -> bool:
-        return not (self.down or self.stopped or self.busy) and self.daemon.alive()
+        # Answered since its last start: a signal never lands before its handlers are in.
+        last = self.poller.last
+        answered = last is not None and last.received >= self.started
+        return answered and not (self.down or self.stopped or self.busy) and self.daemon.alive()
 
     async def exited(self, timeout: float) -> int | None:
         """The exit code once the process is gone; None if it still runs after ``timeout``."""
@@ -211,19 +217,7 @@ class Chaos:
                     f"{_SCHEME[s.backend]}://postgres@127.0.0.1:{proxy.port}/postgres"
                     f"?application_name=leaderd-{node_id}&table={table}&connect_timeout=2"
                 )
-            daemon = Daemon(
-                node_id,
-                url,
-                workdir=self.workdir,
-                ttl=s.ttl,
-                renew_interval=s.renew_interval,
-                retry_interval=s.retry_interval,
-                env={"LEADERD_UNSAFE_NO_FENCE": "1"} if s.unsafe else None,
-                extra_args=("--log-level", "info"),  # debug logs every SQL statement
-            )
-            if s.unsafe:
-                daemon.args[daemon.args.index("leaderd")] = "tests.chaos.unsafe_daemon"
-            self.nodes.append(Node(daemon, proxy, self.obs, s))
+            self.nodes.append(Node(self._daemon(node_id, url), proxy, self.obs, s))
         for node in self.nodes:
             node.daemon.start()
             node.poller.start()
@@ -232,6 +226,22 @@ class Chaos:
         if not await until(lambda: self.obs.last_leader is not None, time.monotonic() + 30):
             raise RuntimeError(f"no leader within 30s; daemon logs in {self.workdir}")
         self.t0 = time.monotonic()
+
+    def _daemon(self, node_id: str, url: str) -> Daemon:
+        s = self.s
+        daemon = Daemon(
+            node_id,
+            url,
+            workdir=self.workdir,
+            ttl=s.ttl,
+            renew_interval=s.renew_interval,
+            retry_interval=s.retry_interval,
+            env={"LEADERD_UNSAFE_NO_FENCE": "1"} if s.unsafe else None,
+            extra_args=("--log-level", "info"),  # debug logs every SQL statement
+        )
+        if s.unsafe:
+            daemon.args[daemon.args.index("leaderd")] = "tests.chaos.unsafe_daemon"
+        return daemon
 
     async def _stop(self) -> None:
         for task in list(self.background):
@@ -277,6 +287,7 @@ class Chaos:
                 self._restart(node)
 
     def _restart(self, node: Node) -> None:
+        node.started = time.monotonic()
         node.daemon.start()
         node.down = node.stopped = False
         self.restarts += 1
@@ -312,8 +323,8 @@ class Chaos:
         kind = self._next_kind()
         inject: Callable[[Fault], Awaitable[None]] = getattr(self, f"_fault_{kind}")
         fault = Fault(len(self.faults), kind, "-", "-", 0.0, 0.0, 0.0)
-        if kind in ("pg_restart", "db_lock"):
-            fault.target = "postgres" if kind == "pg_restart" else "sqlite"
+        if kind in _NO_TARGET:
+            fault.target = _NO_TARGET[kind]
         else:
             picked = self._target()
             if picked is None:
@@ -392,6 +403,42 @@ class Chaos:
         path = os.path.join(self.workdir, "lease.db")
         locked, fault.healed = await asyncio.to_thread(_hold_write_lock, path, hold)
         fault.injected = locked
+
+    async def _fault_duplicate_node_id(self, fault: Fault) -> None:
+        """A second daemon with the target's node id (a copied config, two pods of one name)
+        runs for a while: it must never lead beside the first (DESIGN §1.9)."""
+        target = self._node(fault)
+        fault.params["twin_s"] = pause = round(self.rng.uniform(0.5, 2 * self.s.ttl), 3)
+        daemon = self._daemon(f"{target.id}-twin", target.daemon.backend)
+        daemon.args += ["--node-id", target.id]  # the last --node-id wins
+        twin = Node(daemon, None, self.obs, self.s)
+        daemon.start()
+        twin.poller.start()
+        twin.watcher.start()
+        await asyncio.sleep(pause)
+        daemon.signal(signal.SIGTERM)
+        if await twin.exited(15) is None:
+            daemon.kill()
+        await twin.poller.close()
+        await twin.watcher.close()
+        fault.healed = time.monotonic()
+
+    async def _fault_file_replaced(self, fault: Fault) -> None:
+        """An operator deletes the lease file under running daemons, then restarts them one
+        by one: nobody may lead on the deleted file beside a leader on the new one."""
+        path = os.path.join(self.workdir, "lease.db")
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path + suffix)
+        await asyncio.sleep(self.rng.uniform(0.2, self.s.ttl))
+        for node in self.nodes:
+            if node.daemon.alive() and not node.stopped and not node.down:
+                node.down = True
+                node.daemon.signal(signal.SIGTERM)
+                if await node.exited(15) is None:
+                    node.daemon.kill()
+                self._restart(node)
+        fault.healed = time.monotonic()
 
     async def _fault_pg_restart(self, fault: Fault) -> None:
         assert self.pg is not None

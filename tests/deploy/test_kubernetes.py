@@ -13,7 +13,7 @@ from ._tools import ROOT, default_shutdown_timeout, require, run
 pytestmark = pytest.mark.deploy
 
 EXAMPLE = ROOT / "examples" / "kubernetes"
-MANIFESTS = ["deployment.yaml", "secret.example.yaml"]
+MANIFESTS = ["deployment.yaml", "pdb.yaml", "networkpolicy.yaml", "secret.example.yaml"]
 
 
 def validate(*files: Path) -> str:
@@ -119,3 +119,52 @@ def test_readme_explains_why_readiness_is_not_leadership() -> None:
     readme = (EXAMPLE / "README.md").read_text()
     assert "/ready" in readme and "/leader" in readme
     assert "rolling update" in readme.lower()
+
+
+def manifest(name: str) -> dict[str, Any]:
+    import yaml
+
+    loaded: dict[str, Any] = yaml.safe_load((EXAMPLE / name).read_text())
+    return loaded
+
+
+def test_election_is_namespaced(pod: dict[str, Any]) -> None:
+    """Staging and production sharing one database must not share a leader."""
+    values = env(sidecar(pod))
+    assert values["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert values["LEADERD_ELECTIONS"].startswith("$(POD_NAMESPACE).")
+    names = [e["name"] for e in sidecar(pod)["env"]]
+    assert names.index("POD_NAMESPACE") < names.index("LEADERD_ELECTIONS")  # $() needs order
+
+
+def test_replicas_spread_over_nodes_and_carry_no_token(pod: dict[str, Any]) -> None:
+    assert pod["automountServiceAccountToken"] is False
+    by_key = {c["topologyKey"]: c for c in pod["topologySpreadConstraints"]}
+    nodes = by_key["kubernetes.io/hostname"]
+    assert nodes["maxSkew"] == 1 and nodes["whenUnsatisfiable"] == "DoNotSchedule"
+    assert nodes["labelSelector"]["matchLabels"] == {"app.kubernetes.io/name": "my-app"}
+
+
+def test_disruption_budget_keeps_a_standby() -> None:
+    pdb = manifest("pdb.yaml")
+    deployment = manifest("deployment.yaml")
+    assert pdb["kind"] == "PodDisruptionBudget"
+    assert pdb["spec"]["selector"] == deployment["spec"]["selector"]
+    assert pdb["spec"]["maxUnavailable"] == 1 < deployment["spec"]["replicas"] - 1
+
+
+def test_network_policy_admits_the_probe_port_from_monitoring_only(pod: dict[str, Any]) -> None:
+    policy = manifest("networkpolicy.yaml")
+    assert policy["spec"]["podSelector"] == manifest("deployment.yaml")["spec"]["selector"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (port,) = [p["containerPort"] for p in sidecar(pod)["ports"]]
+    rules = [r for r in policy["spec"]["ingress"] if any(p["port"] == port for p in r["ports"])]
+    (rule,) = rules
+    (source,) = rule["from"]
+    assert list(source) == ["namespaceSelector"]  # no pod of any namespace, no ipBlock
+
+
+def test_readme_states_the_sidecar_version_and_the_fallback() -> None:
+    readme = (EXAMPLE / "README.md").read_text()
+    assert "Kubernetes 1.29 or\nlater" in readme or "Kubernetes 1.29 or later" in readme
+    assert "preStop" in readme and "Init:0/1" in readme

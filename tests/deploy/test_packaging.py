@@ -21,6 +21,7 @@ from ._tools import INSTALL_HINT, ROOT, project_version, require, require_module
 pytestmark = pytest.mark.deploy
 
 DEBIAN_PYTHON = Path("/usr/bin/python3")
+DEBIAN_MODULES = ("aiohttp", "aiosqlite", "asyncpg", "jsonschema", "prometheus_client", "uvloop")
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +52,7 @@ def test_wheel_carries_the_package_data_and_the_console_script(dists: Path) -> N
         names = set(zf.namelist())
         entry_points = next(n for n in names if n.endswith("entry_points.txt"))
         scripts = zf.read(entry_points).decode()
-    for name in ("leaderd/py.typed", "leaderd/openapi.json", "leaderd/cli.py"):
+    for name in ("leaderd/py.typed", "leaderd/openapi.json", "leaderd/config.schema.json"):
         assert name in names
     assert not any(n.startswith(("tests/", "bench/", "examples/")) for n in names)
     assert re.search(r"^leaderd = leaderd\.cli:main$", scripts, re.M), scripts
@@ -86,13 +87,16 @@ def test_deb_contents(deb: Path) -> None:
         "/usr/lib/python3/dist-packages/leaderd/__init__.py",
         "/usr/lib/python3/dist-packages/leaderd/cli.py",
         "/usr/lib/python3/dist-packages/leaderd/openapi.json",
+        "/usr/lib/python3/dist-packages/leaderd/config.schema.json",
         f"/usr/lib/python3/dist-packages/leaderd-{project_version()}.dist-info/METADATA",
         "/lib/systemd/system/leaderd.service",
         "/lib/systemd/system/leaderd.socket",
         "/lib/systemd/system/leaderd@.service",
+        "/usr/share/man/man8/leaderd.8.gz",
         "/usr/lib/sysusers.d/leaderd.conf",
         "/etc/leaderd/leaderd.toml",
         "/usr/share/doc/leaderd/copyright",
+        "/usr/share/leaderd/prometheus/leaderd.rules.yml",
     }
     assert expected <= files, sorted(expected - files)
     assert not any("/tests/" in f or "__pycache__" in f for f in files)
@@ -100,6 +104,10 @@ def test_deb_contents(deb: Path) -> None:
     for shipped, source in [
         ("./lib/systemd/system/leaderd.service", "systemd/leaderd.service"),
         ("./etc/leaderd/leaderd.toml", "packaging/leaderd.toml"),
+        (
+            "./usr/share/leaderd/prometheus/leaderd.rules.yml",
+            "packaging/prometheus/leaderd.rules.yml",
+        ),
     ]:
         inside = subprocess.run(
             ["dpkg-deb", "--fsys-tarfile", deb], capture_output=True, check=True
@@ -116,8 +124,10 @@ def test_deb_metadata_and_maintainer_scripts(deb: Path, tmp_path: Path) -> None:
         "python3-aiohttp",
         "python3-aiosqlite",
         "python3-asyncpg",
+        "python3-jsonschema",
         "python3-prometheus-client",
         "python3-uvloop",
+        "python3-systemd",  # native journal entries
     ):
         assert package in info, info
     assert "python3:any (>= 3.11" in info, info
@@ -148,7 +158,7 @@ def test_deb_daemon_runs_on_debian_python(deb: Path, tmp_path: Path) -> None:
     if not DEBIAN_PYTHON.exists():
         pytest.fail("/usr/bin/python3 (Debian's) is missing")
     missing = run(
-        [DEBIAN_PYTHON, "-c", "import aiohttp, aiosqlite, asyncpg, prometheus_client, uvloop"],
+        [DEBIAN_PYTHON, "-c", f"import {', '.join(DEBIAN_MODULES)}"],
         check=False,
     )
     if missing.returncode != 0:
@@ -182,8 +192,50 @@ def test_deb_daemon_runs_on_debian_python(deb: Path, tmp_path: Path) -> None:
                 assert daemon.poll() is None, daemon.communicate()[0]
                 assert time.monotonic() < deadline, "no answer on /leader within 15s"
                 time.sleep(0.2)
+        abandon_watchers(str(tmp_path / "leaderd.sock"))
     finally:
         daemon.terminate()
         output = daemon.communicate(timeout=20)[0]
     assert daemon.returncode == 0, output
     assert "Traceback" not in output, output
+
+
+def unix_get(path: str, target: str) -> bytes:
+    """A request from a client that half-closes its socket, as `printf | socat -` does."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(5)
+        sock.connect(path)
+        sock.sendall(f"GET {target} HTTP/1.0\r\n\r\n".encode())
+        sock.shutdown(socket.SHUT_WR)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def watchers(path: str) -> float:
+    answer = unix_get(path, "/metrics")
+    assert answer.split(b" ")[1] == b"200", answer[:200]
+    found = re.findall(rb"^leaderd_watchers\{[^}]*\} ([0-9.e+]+)$", answer, re.M)
+    return sum(float(n) for n in found)
+
+
+def abandon_watchers(path: str) -> None:
+    """On Debian 12's aiohttp 3.8, 40 clients that went away left 40 handlers behind."""
+    clients = []
+    for i in range(40):
+        sock = socket.socket(socket.AF_UNIX)
+        sock.connect(path)
+        target = "/watch?stream=1" if i % 2 else "/watch?timeout=120"
+        sock.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        clients.append(sock)
+    deadline = time.monotonic() + 10
+    while watchers(path) < 40:
+        assert time.monotonic() < deadline, "40 watchers never registered"
+        time.sleep(0.1)
+    for sock in clients:
+        sock.close()
+    deadline = time.monotonic() + 5
+    while (left := watchers(path)) > 0:
+        assert time.monotonic() < deadline, f"{left:g} abandoned watchers still registered"
+        time.sleep(0.1)

@@ -10,6 +10,7 @@ installed with its dependencies under /opt/leaderd. Needs root (unshare, overlay
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -178,6 +179,47 @@ def test_template_runs_the_job_only_while_leading(machine: Machine) -> None:
     machine.run("systemctl", "stop", "leaderd@job")
     assert machine.show("leaderd@job", "Result") == "success"
     assert "sleep 1000" not in machine.run("ps", "-eo", "args").stdout
+
+
+def journal(machine: Machine, *match: str) -> list[dict[str, str]]:
+    """The machine's journal entries that match, as journalctl -o json gives them."""
+    out = machine.run("journalctl", "--no-pager", "-o", "json", *match).stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def test_decisions_are_journal_entries_with_their_fields(machine: Machine) -> None:
+    """python3-systemd is installed: leaderd writes native entries, LEADERD_* fields."""
+    machine.run("systemctl", "start", "leaderd@job")
+    machine.wait_for("the job's first decision", lambda: journal(machine, "LEADERD_ELECTION=job"))
+    machine.run("systemctl", "stop", "leaderd@job")
+    by_election = {name: journal(machine, "-u", unit, f"LEADERD_ELECTION={name}")
+                   for name, unit in (("default", "leaderd"), ("job", "leaderd@job"))}  # fmt: skip
+    for name, entries in by_election.items():
+        assert entries and all(e["LEADERD_ELECTION"] == name for e in entries), entries
+        assert all(e["_TRANSPORT"] == "journal" and e["SYSLOG_IDENTIFIER"] == "leaderd"
+                   for e in entries), entries  # fmt: skip
+    acquired = [e for e in by_election["job"] if e.get("LEADERD_EVENT") == "leader"]
+    assert acquired, by_election["job"]
+    entry = acquired[-1]
+    assert entry["MESSAGE"] == f"acquired election job, term {entry['LEADERD_TERM']}"
+    assert entry["LEADERD_HOLDER"] == machine.run("hostname").stdout.strip()
+    assert entry["PRIORITY"] == "6"
+    released = journal(machine, "-u", "leaderd@job", "LEADERD_EVENT=released")
+    assert released and released[-1]["LEADERD_TERM"] == entry["LEADERD_TERM"], released
+    # Nothing is written twice: no entry came through the stderr stream.
+    assert not journal(machine, "-u", "leaderd@job", "_TRANSPORT=stdout")
+
+
+def test_proc_subset_pid_would_hide_the_sqlite_boot_id(machine: Machine) -> None:
+    """Why the unit leaves ProcSubset=pid out (its comment says so): it hides /proc/sys."""
+    done = machine.run(
+        "systemd-run", "--wait", "--pipe", "--quiet", "-p", "ProcSubset=pid",
+        "-p", "ProtectProc=invisible", "/usr/bin/leaderd", "run",
+        "--backend", "sqlite:///tmp/procsubset.db", "--socket", "/tmp/procsubset.sock",
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "/proc/sys/kernel/random/boot_id" in done.stderr, done.stderr
 
 
 def test_stop_releases_and_socket_activation_restarts(machine: Machine) -> None:

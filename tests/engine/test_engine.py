@@ -979,3 +979,16 @@ async def test_watchers_hear_a_follower_fail_closed_while_its_request_is_in_flig
     assert election.last_error is None
     election.stop()
     await task
+
+
+async def test_a_failed_first_attempt_makes_the_election_ready_and_tells_listeners() -> None:
+    world = World()
+    election = world.add(A)
+    heard: list[tuple[Role, bool]] = []
+    election.add_listener(lambda status: heard.append((status.role, election.ready)))
+    world.backend("node-a").fail_next(1)
+    assert not election.ready
+    await election.round()
+    assert election.ready and election.status().role is UNKNOWN
+    assert heard == [(UNKNOWN, True)]  # once, with no new revision
+    assert election.status().revision == 1

@@ -1,4 +1,6 @@
-"""Each client example in examples/ runs against a live daemon, as its users would run it."""
+"""Each client example in examples/ runs against a live daemon, as its users would run it,
+and each is also started before its daemon: it must follow the daemon within about a
+second of the daemon's start, not after a whole long poll."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,18 +23,53 @@ from tests.daemons import REPO, Daemon, short_tempdir, wait_for
 EXAMPLES = REPO / "examples"
 
 
+# An example started before its daemon must follow it within its one-second retry, not
+# after a long poll's 30 s: this bounds the wait from the daemon's readiness.
+PROMPT = 5.0
+
+
 @pytest.fixture
-def daemon() -> Iterator[Daemon]:
+def unstarted() -> Iterator[Daemon]:
+    """A daemon whose socket path is known but which does not run yet."""
     workdir = short_tempdir()
-    d = Daemon("ex", f"sqlite://{workdir}/lease.db", workdir=workdir).start()
-    d.wait_ready()
-    wait_for(d.is_leader, timeout=5, what="leadership")
+    d = Daemon("ex", f"sqlite://{workdir}/lease.db", workdir=workdir)
     yield d
     d.kill()
     shutil.rmtree(workdir, ignore_errors=True)
 
 
-def env_for(d: Daemon) -> dict[str, str]:
+@pytest.fixture
+def daemon(unstarted: Daemon) -> Daemon:
+    return start_leading(unstarted)
+
+
+def start_leading(d: Daemon) -> Daemon:
+    d.start().wait_ready()
+    wait_for(d.is_leader, timeout=5, what="leadership")
+    return d
+
+
+@dataclass
+class Late:
+    """A daemon started after its client. The client's socket path appears only once the
+    daemon leads, so the client's next poll finds it with no change to come: the case in
+    which a client that forgot its revision waits out a whole long poll."""
+
+    daemon: Daemon
+    socket: str
+
+    def start(self) -> Daemon:
+        start_leading(self.daemon)
+        os.symlink(self.daemon.socket, self.socket)
+        return self.daemon
+
+
+@pytest.fixture
+def late(unstarted: Daemon) -> Late:
+    return Late(unstarted, os.path.join(os.path.dirname(unstarted.socket), "app.sock"))
+
+
+def env_for(d: Daemon, sock: str | None = None) -> dict[str, str]:
     # The examples call `leaderd` from PATH, as an installed package provides it.
     bindir = Path(short_tempdir("ld-bin-"))
     shim = bindir / "leaderd"
@@ -41,7 +79,7 @@ def env_for(d: Daemon) -> dict[str, str]:
         **os.environ,
         "PYTHONPATH": str(REPO),
         "PATH": f"{bindir}:{os.environ['PATH']}",
-        "LEADERD_SOCKET": d.socket,
+        "LEADERD_SOCKET": sock or d.socket,
     }
 
 
@@ -103,16 +141,17 @@ def test_shell_watch_loop_prints_each_change(daemon: Daemon) -> None:
     assert loop.close() == 0
 
 
-@pytest.mark.parametrize("language", ["python", "node"])
-def test_follow_leader_starts_and_stops_work(daemon: Daemon, language: str) -> None:
+def follow_leader(language: str, sock: str) -> list[str]:
     if language == "node":
         node = shutil.which("node")
         assert node, "Node.js is needed for the Node example (apt-get install nodejs)"
-        args = [node, str(EXAMPLES / "node" / "follow-leader.js"), daemon.socket]
-    else:
-        script = EXAMPLES / "python" / "follow_leader.py"
-        args = [sys.executable, str(script), "--socket", daemon.socket]
-    app = Output(args, env_for(daemon))
+        return [node, str(EXAMPLES / "node" / "follow-leader.js"), sock]
+    return [sys.executable, str(EXAMPLES / "python" / "follow_leader.py"), "--socket", sock]
+
+
+@pytest.mark.parametrize("language", ["python", "node"])
+def test_follow_leader_starts_and_stops_work(daemon: Daemon, language: str) -> None:
+    app = Output(follow_leader(language, daemon.socket), env_for(daemon))
     term = daemon.get("/leader")[1]["term"]
     app.expect(f"became leader, term {term}: starting work")
     app.expect(f"working with fencing term {term}")
@@ -121,4 +160,46 @@ def test_follow_leader_starts_and_stops_work(daemon: Daemon, language: str) -> N
     time.sleep(0.3)  # let the next long poll reach the daemon before it goes away
     daemon.signal(signal.SIGTERM)
     app.expect("leaderd stopped")
+    assert app.close() == 0
+
+
+# --- each example started before the daemon ---------------------------------------------
+
+
+def test_cron_job_before_the_daemon_does_nothing_then_runs(late: Late, tmp_path: Path) -> None:
+    env = env_for(late.daemon, late.socket)
+    out = tmp_path / "ran"
+    job = [str(EXAMPLES / "shell" / "cron-job.sh"), "sh", "-c", f'echo "$LEADERD_TERM" > {out}']
+    assert subprocess.run(job, env=env, check=False).returncode == 0
+    assert not out.exists(), "no daemon: the job must not run"
+    daemon = late.start()
+    assert subprocess.run(job, env=env, check=False).returncode == 0
+    assert out.read_text().strip() == str(daemon.get("/leader")[1]["term"])
+
+
+def client(kind: str, sock: str) -> tuple[list[str], str, str]:
+    """A following example: its command, its line once leading ({term}), its line on stop."""
+    if kind == "shell":
+        return (
+            ["sh", str(EXAMPLES / "shell" / "watch-loop.sh")],
+            ": leader, term {term}",
+            ": stopped",
+        )
+    return follow_leader(kind, sock), "became leader, term {term}: starting work", "leaderd stopped"
+
+
+@pytest.mark.parametrize("kind", ["shell", "python", "node"])
+def test_example_started_first_follows_the_daemon(late: Late, kind: str) -> None:
+    args, leading, stopped = client(kind, late.socket)
+    app = Output(args, env_for(late.daemon, late.socket))
+    if kind == "shell":
+        time.sleep(1.5)  # it prints nothing until it reaches a daemon: let it fail once
+    else:
+        app.expect("leaderd unreachable")
+    daemon = late.start()
+    term = daemon.get("/leader")[1]["term"]
+    app.expect(leading.format(term=term), timeout=PROMPT)
+    time.sleep(0.3)  # let the next long poll reach the daemon before it goes away
+    daemon.signal(signal.SIGTERM)
+    app.expect(stopped)
     assert app.close() == 0

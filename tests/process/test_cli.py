@@ -103,3 +103,68 @@ def test_quick_start_runs_with_no_configuration(workdir: str) -> None:
     assert f"curl --unix-socket {d.socket} http://localhost/leader" in first_line
     assert os.path.exists(f"{workdir}/state/leaderd/leaderd.db")
     assert d.stop() == 0
+
+
+def leaderd(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "leaderd", *args],
+        capture_output=True, text=True, timeout=30, cwd=cwd, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO), "LEADERD_CONFIG": os.devnull},
+    )  # fmt: skip
+
+
+def test_run_with_an_empty_command_exits_2_with_one_line(workdir: str) -> None:
+    """What leaderd@NAME runs when JOB_COMMAND is unset: `leaderd run ... --`."""
+    done = leaderd("run", "--backend", "static://", "--socket", f"{workdir}/x.sock", "--")
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert "no COMMAND after '--'" in line and "JOB_COMMAND" in line
+    assert not os.path.exists(f"{workdir}/x.sock"), "no daemon may have started"
+
+
+@pytest.mark.parametrize(
+    ("content", "key"),
+    [
+        (b"elections = 5\n", "elections"),
+        (b"elections = ['a', 'b']\n", "elections"),
+        (b'defaults = "x"\n', "defaults"),
+        (b"node_id = 'n\xe9'\n", "not UTF-8"),
+    ],
+)
+def test_malformed_config_file_exits_2_with_one_line(
+    workdir: str, content: bytes, key: str
+) -> None:
+    path = f"{workdir}/leaderd.toml"
+    with open(path, "wb") as f:
+        f.write(content)
+    for command in ("run", "check-config"):
+        done = leaderd(command, "-c", path, "--socket", f"{workdir}/x.sock")
+        assert done.returncode == 2, done.stderr
+        (line,) = done.stderr.splitlines()
+        assert line.startswith(f"leaderd: config file {path}") and key in line, line
+
+
+def test_commands_with_several_elections(workdir: str) -> None:
+    d = Daemon("multi", "static://", workdir=workdir, elections=("alpha", "beta")).start()
+    d.wait_ready()
+    wait_for(lambda: d.get("/leader/beta")[0] == 200, 10, what="leadership")
+    status = leaderd("status", "--socket", d.socket)
+    assert status.returncode == 0, status.stderr  # leads every election
+    rows = status.stdout.splitlines()
+    assert rows[0].split()[:2] == ["ELECTION", "ROLE"]
+    assert [r.split()[:2] for r in rows[1:]] == [["alpha", "leader"], ["beta", "leader"]]
+    for command in ("resign", "watch"):
+        done = leaderd(command, "--socket", d.socket)
+        assert done.returncode == 2
+        assert done.stderr.strip() == (
+            "leaderd: several elections run here (alpha, beta): name one with --election NAME"
+        )
+    resign = leaderd("resign", "--socket", d.socket, "--election", "beta", "--cooldown", "60")
+    assert resign.returncode == 0
+    assert leaderd("status", "--socket", d.socket, "--election", "alpha").returncode == 0
+    assert leaderd("status", "--socket", d.socket, "--election", "beta").returncode == 1
+    status = leaderd("status", "--socket", d.socket)
+    assert status.returncode == 1  # no longer leads every election
+    assert status.stdout.splitlines()[2].split()[:2] == ["beta", "follower"]
+    assert len(orjson.loads(leaderd("status", "--socket", d.socket, "--json").stdout)) == 2
+    assert d.stop() == 0

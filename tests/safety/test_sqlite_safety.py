@@ -101,7 +101,7 @@ def test_a_second_kernel_on_the_file_fails_closed_instead_of_leading(workdir: st
     samples = watch_leaders([here, there], 2 * TTL + 1)
     assert all(len(s) <= 1 for s in samples), [s for s in samples if len(s) > 1][:3]
     assert term_of(here) == first_term  # no churn of terms
-    assert "written by another kernel" in there.log(), there.log()[-2000:]
+    wait_for(lambda: "written by another kernel" in there.log(), 10, what="the refusal")
     assert there.get("/leader")[1]["role"] in ("unknown", "follower")
 
 

@@ -1,0 +1,335 @@
+"""What this node knows and holds in one election, and the rules that turn it into answers.
+
+No asyncio and no I/O: the engine (engine.py) feeds in the backend's answers and failures
+with the times they happened, and asks what the answer is at time ``now``, what to send
+next, and when. Every rule of docs/algorithm.md lives here, and its state table is tested
+row by row against this class (tests/engine/test_rules.py). Times are seconds on the
+engine's clock (CLOCK_BOOTTIME).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .backends.base import Candidate, Lease, LeaseLost
+from .status import LeaderInfo, Role
+from .timing import Timing
+
+MIN_DELAY = 0.005  # never spin: even "at once" leaves the loop a breath
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """The answer at one instant: role, leader, term, and the sentence that explains it."""
+
+    role: Role
+    leader: LeaderInfo | None
+    term: int
+    why: str
+
+    @property
+    def key(self) -> tuple[Role, str | None, int]:
+        """What a revision counts changes of (docs/api.md)."""
+        return self.role, self.leader.node_id if self.leader else None, self.term
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What the next round sends: an acquire-or-renew, or an observe while cooling down."""
+
+    campaigning: bool
+    timeout: float
+    wait: float
+    takeover: str
+    min_term: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """A decision worth an operator's attention, logged by the engine as one sentence."""
+
+    level: int
+    event: str
+    sentence: str
+    term: int
+
+
+class ElectionState:
+    """One election as this node sees it: the last lease, its own hold, what it watches."""
+
+    def __init__(
+        self,
+        name: str,
+        candidate: Candidate,
+        timing: Timing,
+        jitter: Callable[[], float] = random.random,
+    ) -> None:
+        self.name = name
+        self.candidate = candidate
+        self.timing = timing
+        self.jitter = jitter
+        # What the backend last said, and when the request that got it was sent.
+        self.lease: Lease | None = None
+        self.seen_at = -math.inf
+        # Another holder's lease as last seen (holder, instance, term, version), and since
+        # when (the answer's arrival): it may be taken over one ttl later
+        # (docs/algorithm.md, "Holders, instances and taking over").
+        self.watched: tuple[str | None, str, int, str] | None = None
+        self.watched_since = math.inf
+        # The highest term any answer ever showed: never lead at or below it
+        # (docs/algorithm.md, "The term high-water mark").
+        self.high_water = 0
+        self.last_held_term: int | None = None
+        self.duplicates_seen = 0
+        self.terms_refused = 0
+        self.twins: set[str] = set()
+        # Our hold: set only by a successful acquire/renew; the deadline self-fences it.
+        self.held_term: int | None = None
+        self.deadline = -math.inf
+        self.renewed_at = -math.inf
+        self.release_due: int | None = None
+        # A request whose answer never came may have taken the lease, or a new term.
+        self.maybe_held = False
+        self.cooldown = 0.0
+        self.cooldown_until = -math.inf
+        self.stopping = False
+        # Moves on resign and stop: answers to requests sent before then win nothing.
+        self.epoch = 0
+        self.last_error: str | None = None
+        self.lost: str | None = None  # why the lease is gone for good (LeaseLost)
+        self.ready = False
+
+    # ---- answers ----
+
+    def view(self, now: float) -> View:
+        lease = self.lease
+        term = lease.term if lease is not None else 0
+        if self.stopping:
+            return View(Role.STOPPED, None, term, "shutting down")
+        if self.leading(now) and lease is not None:
+            me = self.candidate
+            info = LeaderInfo(me.node_id, me.address, lease.term, lease.acquired_at)
+            return View(Role.LEADER, info, lease.term, f"holding the lease, term {lease.term}")
+        # Fail closed: knowledge older than one ttl, or our own lapsed hold, names nobody.
+        stale = lease is None or now - self.seen_at >= self.timing.ttl
+        if stale or self.held_term is not None or self.lost is not None:
+            return View(Role.UNKNOWN, None, term, self._why_not_leading(now))
+        assert lease is not None
+        expired = lease.expires_in is not None and now >= self.seen_at + lease.expires_in
+        if lease.holder is None or lease.held_by(self.candidate) or expired:
+            return View(Role.FOLLOWER, None, term, self._why_not_leading(now))
+        info = LeaderInfo(lease.holder, lease.address, lease.term, lease.acquired_at)
+        return View(Role.FOLLOWER, info, term, self._why_not_leading(now))
+
+    def leading(self, now: float) -> bool:
+        return self.held_term is not None and not self.stopping and now < self.deadline
+
+    def valid_for(self, now: float) -> float | None:
+        """Seconds left before the self-fence deadline while leading; None otherwise."""
+        return self.deadline - now if self.leading(now) else None
+
+    def sentence(self, previous: View | None, view: View, now: float) -> str:
+        """The one sentence that tells a change of view (Patroni's habit: a value, tested)."""
+        name = self.name
+        if view.role is Role.LEADER:
+            return f"acquired election {name}, term {view.term}"
+        if previous is not None and previous.role is Role.LEADER:
+            # The term this node held, not the new holder's, and why it ended.
+            return f"stepping down from election {name}, term {previous.term}: {view.why}"
+        if view.role is Role.STOPPED:
+            return f"stopped campaigning in election {name}"
+        if view.role is Role.UNKNOWN:
+            why = self.last_error or "no answer from the backend yet"
+            return f"leader of election {name} unknown: {why}"
+        if view.leader is not None:
+            return f"following {view.leader.node_id} in election {name}, term {view.term}"
+        return f"election {name} has no leader"
+
+    # ---- what to send, and when ----
+
+    def campaigning(self, now: float) -> bool:
+        return not self.stopping and now >= self.cooldown_until
+
+    def request(self, now: float) -> Request:
+        campaigning = self.campaigning(now)
+        wait = self.follow_period(now) if campaigning and self.held_term is None else 0.0
+        return Request(
+            campaigning=campaigning,
+            timeout=self.request_timeout(now),
+            wait=wait,
+            takeover=self.takeover(now),
+            min_term=self.high_water + 1,
+            epoch=self.epoch,
+        )
+
+    def takeover(self, now: float) -> str:
+        """The version of an unreleased lease this node may take over now: one it has seen
+        unchanged for one ttl on its own clock; "" for none (docs/algorithm.md, "Holders,
+        instances and taking over")."""
+        if self.watched is None or now < self.watched_since + self.timing.ttl:
+            return ""
+        return self.watched[3]
+
+    def request_timeout(self, now: float) -> float:
+        if self.held_term is not None and self.deadline > now:
+            return max(MIN_DELAY, self.deadline - now)
+        return self.timing.renew_interval
+
+    def follow_period(self, now: float) -> float:
+        """How long a follower may sleep (or block in the backend) before its next round.
+
+        A free lease: renew_interval (its release or acquisition wakes us anyway). Another
+        holder's: retry_interval, to see each renewal within it (so a dead holder is taken
+        over within ttl + retry_interval), and never past the moment it may be taken over:
+        both the backend's expiry and our own ttl of watching.
+        """
+        lease = self.lease
+        if lease is None or lease.holder is None:
+            return self.timing.renew_interval
+        may_take_in = self.watched_since + self.timing.ttl - now
+        if lease.expires_in is not None:
+            may_take_in = max(may_take_in, lease.expires_in - (now - self.seen_at))
+        return max(MIN_DELAY, min(self.timing.retry_interval, may_take_in))
+
+    def next_round(self, request: Request, t_send: float, now: float) -> float:
+        """Seconds from ``now`` to the next round, after an answer to ``request``."""
+        if self.held_term is not None:
+            return max(MIN_DELAY, t_send + self.timing.renew_interval - now)
+        if self.release_due is not None:
+            return MIN_DELAY  # an acquisition this node may not keep: release it now
+        free = self.lease is None or self.lease.holder is None
+        # Watching a holder needs no jitter; taking over after it (one round) is a CAS.
+        delay = self.jittered(self.follow_period(now)) if free else self.follow_period(now)
+        if not (request.campaigning and request.epoch == self.epoch):
+            delay = min(delay, self.cooldown_until - now)
+        return max(MIN_DELAY, delay)
+
+    def retry_delay(self) -> float:
+        """After a failed request: retry_interval, with a bounded jitter."""
+        return self.jittered(self.timing.retry_interval)
+
+    def jittered(self, delay: float) -> float:
+        return delay + min(delay * 0.2, self.timing.retry_interval / 2) * self.jitter()
+
+    def next_boundary(self, now: float) -> float:
+        """The next instant at which the view changes with no request at all."""
+        edges = [self.deadline, self.seen_at + self.timing.ttl]
+        if self.lease is not None and self.lease.expires_in is not None:
+            edges.append(self.seen_at + self.lease.expires_in)
+        return min((t for t in edges if t > now), default=math.inf)
+
+    # ---- what happened ----
+
+    def resign(self, now: float, cooldown: float) -> None:
+        """Stop leading now, release at the next round, campaign again after cooldown."""
+        self.epoch += 1
+        self.cooldown, self.cooldown_until = cooldown, now + cooldown
+        if self.held_term is not None:
+            self.release_due, self.held_term = self.held_term, None
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.epoch += 1
+
+    def on_lease(self, lease: Lease, request: Request, t_send: float, now: float) -> list[Note]:
+        """An answer to ``request`` (sent at ``t_send``) arrived at ``now``."""
+        high_water, self.high_water = self.high_water, max(self.high_water, lease.term)
+        self.lease, self.seen_at, self.last_error, self.lost = lease, t_send, None, None
+        self.ready, self.maybe_held = True, False
+        notes = self._watch(lease, now)
+        # A resign or stop that came while the request was in flight wins over its answer.
+        campaigning = request.campaigning and request.epoch == self.epoch
+        mine = lease.held_by(self.candidate)
+        if mine and lease.term != self.last_held_term and lease.term <= high_water:
+            notes.append(self._refuse(lease, high_water))
+        elif mine and campaigning:
+            # A renewal that answers after a pause yields a deadline already past: fenced.
+            self.held_term, self.last_held_term = lease.term, lease.term
+            self.deadline, self.renewed_at = self._deadline_after(t_send, lease), t_send
+        elif mine:
+            self.release_due, self.held_term = lease.term, None  # won after resign/stop
+        else:
+            self.held_term = None
+        return notes
+
+    def on_abandoned(self, request: Request) -> None:
+        """A request got no answer: it may have taken the lease, or a new term."""
+        self.maybe_held = self.maybe_held or request.campaigning
+
+    def on_failure(self, exc: BaseException, request: Request) -> None:
+        self.on_abandoned(request)
+        self.last_error = str(exc) or "request timed out"
+        self.ready = True  # "unknown" is an answer: readiness never waits for the backend
+        if isinstance(exc, LeaseLost) and self.held_term is not None:
+            self.lost, self.held_term = self.last_error, None  # gone: no wait for the deadline
+
+    def term_to_release(self) -> int | None:
+        """The term the hand-over releases: one given back, held, or last seen held."""
+        term = self.release_due if self.release_due is not None else self.held_term
+        if term is None and self.lease is not None and self.lease.held_by(self.candidate):
+            term = self.lease.term
+        self.release_due, self.held_term = None, None
+        return term
+
+    # ---- helpers ----
+
+    def _deadline_after(self, t_send: float, lease: Lease) -> float:
+        """docs/algorithm.md, "Self-fencing", trusting no more than the backend granted."""
+        timing = self.timing
+        granted = timing.ttl if lease.expires_in is None else min(timing.ttl, lease.expires_in)
+        return t_send + granted * (1.0 - timing.clock_drift) - timing.safety_margin
+
+    def _why_not_leading(self, now: float) -> str:
+        lease = self.lease
+        if self.lost is not None:
+            return self.lost
+        if self.held_term is not None and now >= self.deadline:
+            return f"no successful renewal for {now - self.renewed_at:.1f}s, deadline passed"
+        if now < self.cooldown_until or self.release_due is not None:
+            return f"resigned, not campaigning for {self.cooldown:g}s"
+        if lease is not None and lease.holder is not None and not lease.held_by(self.candidate):
+            return f"{lease.holder or 'an unknown holder'} holds the lease (term {lease.term})"
+        if self.last_error is not None:
+            return self.last_error
+        return "the lease is free"
+
+    def _watch(self, lease: Lease, now: float) -> list[Note]:
+        """Follow another holder's lease: the takeover clock restarts at every change."""
+        if lease.holder is None or lease.held_by(self.candidate):
+            self.watched, self.watched_since = None, math.inf
+            return []
+        notes = []
+        if lease.held_by_twin(self.candidate) and lease.instance not in self.twins:
+            self.twins.add(lease.instance)
+            self.duplicates_seen += 1
+            notes.append(self._duplicate(lease))
+        key = (lease.holder, lease.instance, lease.term, lease.version)
+        if key != self.watched:
+            self.watched, self.watched_since = key, now
+        return notes
+
+    def _duplicate(self, lease: Lease) -> Note:
+        sentence = (
+            f"election {self.name}: node id {lease.holder} is held by another process "
+            f"(instance {lease.instance or 'unknown'}; this one is {self.candidate.instance}): "
+            "either a second daemon runs with this node id (make node ids unique) or this "
+            "daemon restarted within one ttl; waiting for that lease to end"
+        )
+        return Note(logging.ERROR, "duplicate_node_id", sentence, lease.term)
+
+    def _refuse(self, lease: Lease, high_water: int) -> Note:
+        """The backend granted a term this node has already seen: it lost acknowledged
+        writes (an asynchronous commit, a restored backup). Lead with none of it."""
+        self.terms_refused += 1
+        self.release_due, self.held_term = lease.term, None
+        sentence = (
+            f"election {self.name}: the backend granted term {lease.term}, but this node "
+            f"already saw term {high_water}: the backend lost acknowledged writes; refusing "
+            f"to lead, releasing it and asking for term {high_water + 1} or above"
+        )
+        return Note(logging.ERROR, "term_refused", sentence, lease.term)
