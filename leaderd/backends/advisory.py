@@ -128,9 +128,10 @@ class PostgresAdvisoryBackend(Backend):
     ) -> Lease:
         s = self._session(election)
         ask = _Ask(candidate, float(ttl), takeover, min_term)
-        if s.term is not None and s.conn is not None:
+        if s.term is not None and s.conn is not None and not s.conn.is_closed():
             lease = await self._renew(s, ask, timeout)
         else:
+            s.term = None
             # Not held, or the session ended under the holder: a new session may renew
             # (the row is still this process's and live) or acquire.
             campaign = functools.partial(self._campaign, s, ask, wait, timeout)
@@ -191,14 +192,19 @@ class PostgresAdvisoryBackend(Backend):
             # Keep up to a second of the budget for the claim after the grant.
             lock_wait = min(wait, timeout - min(1.0, timeout / 2))
             known = max(s.known_term, ask.min_term - 1)  # min_term: the engine's high-water + 1
-            if not await self._lock(s, conn, lock_wait, known):
+            granted = await self._lock(s, conn, lock_wait, known)
+            if not granted:
                 lease = await self._read(s, timeout)
-                if lease.held_by(ask.candidate):
-                    raise BackendUnavailable(
-                        f"acquiring the lock on {self.description}: an earlier lock session "
-                        "of this daemon still holds it, until the server ends that session"
-                    )
-                return lease
+                if lease.holder is None:  # released meanwhile: the lock is free, try it
+                    conn = await self._connection(s, ask.ttl, timeout)
+                    granted = await self._lock(s, conn, 0.0, known)
+                if not granted:
+                    if lease.held_by(ask.candidate):
+                        raise BackendUnavailable(
+                            f"acquiring the lock on {self.description}: an earlier lock "
+                            "session of this daemon still holds it, until the server ends it"
+                        )
+                    return lease
             s.granted = True
         sent = time.monotonic()
         return self._claimed(s, ask, await self._cas(s, ask), sent)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import time
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from leaderd.backends.advisory import advisory_key
 from tests.daemons import Daemon, leaders, short_tempdir, wait_for
 from tests.pgserver import PASSWORD, PASSWORD_USER, PgServer
 from tests.postgres.helpers import unique
@@ -160,3 +162,37 @@ def test_terminated_sessions_keep_one_leader(
     # Lease: the row survives. Advisory: the leader's new session may claim its own row again
     # while its lease lasts (a renewal, the same term); any other holder has a new term.
     assert term_of(new) > before if new is not leader else term_of(new) >= before
+
+
+def test_an_advisory_keepalive_in_doubt_is_unknown_with_its_error(pg: PgServer) -> None:
+    """The leader's lock session hangs on the server: its keepalives time out. That is a
+    failure the leader reports (role unknown once its deadline passed, the error kept),
+    not a "nobody holds it" answer; nobody else leads while the lock may still be held."""
+    key = advisory_key("default")
+    url = pg.dsn(scheme="postgresql+advisory", table=unique("p"))
+    with running(url) as cluster:
+        leader = the_leader(cluster)
+        before = term_of(leader)
+        pid = int(
+            pg.psql(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid "
+                f"= 1 AND ((classid::int8 << 32) | objid::int8) = {key}"
+            )
+        )
+        os.kill(pid, signal.SIGSTOP)
+        try:
+
+            def unknown() -> bool:
+                body = leader.get("/leader")[1] or {}
+                return body.get("role") == "unknown" and body.get("leader") is None
+
+            wait_for(unknown, timeout=TTL + 2, what="the leader to report unknown")
+            error = leader.get("/status")[1]["backend"]["last_error"]
+            assert error is not None and "timed out" in error, (
+                error
+            )  # the backend's or the engine's
+            assert not leaders(cluster)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        new = the_leader(cluster, timeout=3 * TTL + 3)
+        assert term_of(new) > before if new is not leader else term_of(new) >= before
