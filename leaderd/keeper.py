@@ -266,6 +266,11 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
+    for fd in (0, 1, 2):  # else the keeper's first fds would be the command's stdio
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.set_inheritable(os.open(os.devnull, os.O_RDWR), True)  # the lowest free: fd
     args = _parse(sys.argv[1:] if argv is None else argv)
     if args.nofile:  # leaderd lifted its own for its watchers: COMMAND gets the original
         soft, hard = map(int, args.nofile.split(":"))

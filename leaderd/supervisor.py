@@ -25,9 +25,10 @@ import signal
 import time
 from typing import TYPE_CHECKING
 
-from .child import KEEPER_DIED, Child, Plan, plan
+from .child import KEEPER_DIED, Child
 from .clock import boottime
 from .keeper import DEADLINE_PASSED, EXITED, STOPPED
+from .probe import Plan, plan
 from .status import ElectionStatus, Role
 
 if TYPE_CHECKING:

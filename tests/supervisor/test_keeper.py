@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from leaderd.child import keeper_argv
 from leaderd.clock import boottime
 from leaderd.keeper import DEADLINE, SIGNAL, STOP, Lines, encode
+from leaderd.probe import keeper_argv
 from tests.daemons import short_tempdir, wait_for
 from tests.supervisor.cluster import CONFINE
 from tests.supervisor.confine import cgroup_root, delegated_cgroup, remove_cgroup
@@ -56,16 +56,20 @@ class Keeper:
 
     def __init__(self, workdir: str, *options: str, contain: str, deadline: float = math.inf,
                  grace: float = 1.0, confine: tuple[str, ...] = (),
-                 command: tuple[str, ...] = ()) -> None:  # fmt: skip
+                 command: tuple[str, ...] = (), user: str = "") -> None:  # fmt: skip
         self.out = Path(workdir, "out")
         life_r, self.life = os.pipe()
         self.report, report_w = os.pipe()
-        command = command or (sys.executable, "-c", PROGRAM, str(self.out), *options)
+        python = _python_for(user) if user else sys.executable
+        command = command or (python, "-c", PROGRAM, str(self.out), *options)
         args = keeper_argv(
             f"--lifeline={life_r}", f"--report={report_w}", f"--deadline={deadline!r}",
             f"--grace={grace}", f"--contain={contain}", "--", *command,
         )  # fmt: skip
         wrap = [sys.executable, CONFINE, *confine, "--"] if confine else []
+        if user:  # the keeper and its command as this user, on an interpreter it may run
+            args[0] = python
+            wrap = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
         self.proc = subprocess.Popen(
             [*wrap, *args], pass_fds=(life_r, report_w), start_new_session=True
         )
@@ -250,6 +254,30 @@ def test_without_namespaces_it_falls_back_and_says_why(keepers: list[Keeper], wo
     k.running(worker=False)
 
 
+def test_not_root_a_user_namespace_makes_the_pid_namespace(keepers: list[Keeper],
+                                                            workdir: str) -> None:  # fmt: skip
+    if os.geteuid() != 0:
+        pytest.skip("needs root to become another user")
+    os.chmod(workdir, 0o777)
+    k = start(keepers, workdir, "worker", contain="pidns", user="65534")
+    assert k.wait_for("contained").split()[0] == "pidns"
+    command, (worker,) = k.running()
+    assert os.stat(f"/proc/{command}").st_uid == 65534, "its own uid, mapped to itself"
+    k.say(STOP)
+    assert k.wait_for("exit") == "-15 stop"
+    assert not alive(worker)
+
+
+def _python_for(user: str) -> str:
+    """An interpreter (3.11 or later: the keeper needs nothing else) ``user`` can run."""
+    for python in ("/usr/bin/python3", "/usr/local/bin/python3", sys.executable):
+        check = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", python,
+                 "-c", "import sys; assert sys.version_info >= (3, 11)"]  # fmt: skip
+        if subprocess.run(check, capture_output=True, check=False).returncode == 0:
+            return python
+    pytest.skip(f"no Python 3.11 that user {user} may run")
+
+
 def test_the_keeper_is_standard_library_only() -> None:
     """It runs as `python -I -S`: nothing from site-packages, nothing from the environment."""
     for module in ("keeper", "containment"):
@@ -266,3 +294,24 @@ def test_the_keeper_is_standard_library_only() -> None:
                 continue
             for name in names:
                 assert name.split(".")[0] in sys.stdlib_module_names, f"{module}: {name}"
+
+
+def test_a_keeper_started_without_stdout_gives_none_of_its_fds_to_the_command(
+    workdir: str, contain: str
+) -> None:
+    """With fd 1 closed, the keeper's first fd would be fd 1: the command's stdout."""
+    life_r, life = os.pipe()
+    report, report_w = os.pipe()
+    script = f"echo hello || touch {workdir}/broken; touch {workdir}/done; sleep 60"
+    argv = keeper_argv(f"--lifeline={life_r}", f"--report={report_w}", f"--contain={contain}",
+                       "--", "sh", "-c", script)  # fmt: skip
+    proc = subprocess.Popen(argv, pass_fds=(life_r, report_w), preexec_fn=lambda: os.close(1))
+    os.close(life_r)
+    os.close(report_w)
+    try:
+        wait_for(lambda: Path(workdir, "done").exists(), 10)
+        assert not Path(workdir, "broken").exists(), "the command's stdout was the keeper's"
+    finally:
+        os.close(life)  # the keeper ends the command
+        proc.wait(10)
+        os.close(report)
