@@ -55,7 +55,7 @@ class Keeper:
     """A keeper, with this test as its leaderd."""
 
     def __init__(self, workdir: str, *options: str, contain: str, deadline: float = math.inf,
-                 grace: float = 1.0, confine: tuple[str, ...] = (),
+                 grace: float = 1.0, wrap: tuple[str, ...] = (),
                  command: tuple[str, ...] = (), user: str = "") -> None:  # fmt: skip
         self.out = Path(workdir, "out")
         life_r, self.life = os.pipe()
@@ -66,10 +66,9 @@ class Keeper:
             f"--lifeline={life_r}", f"--report={report_w}", f"--deadline={deadline!r}",
             f"--grace={grace}", f"--contain={contain}", "--", *command,
         )  # fmt: skip
-        wrap = [sys.executable, CONFINE, *confine, "--"] if confine else []
         if user:  # the keeper and its command as this user, on an interpreter it may run
             args[0] = python
-            wrap = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"]
+            wrap = ("setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups")
         self.proc = subprocess.Popen(
             [*wrap, *args], pass_fds=(life_r, report_w), start_new_session=True
         )
@@ -114,6 +113,8 @@ class Keeper:
 
 
 MODES = ["session", "pidns", "cgroup"]
+NO_NAMESPACES = (sys.executable, CONFINE, "--deny-unshare", "--")
+SUSPENDED = 100_000.0  # seconds a host slept: CLOCK_BOOTTIME counted them, monotonic did not
 
 
 @pytest.fixture
@@ -196,6 +197,19 @@ def test_dead_mans_switch_on_boottime(keepers: list[Keeper], workdir: str, conta
     assert not alive(worker)
 
 
+def test_the_dead_mans_switch_counts_suspend(keepers: list[Keeper], workdir: str) -> None:
+    """In a time namespace whose CLOCK_BOOTTIME runs 10^5 s ahead of CLOCK_MONOTONIC, as on a
+    host that slept that long, a deadline on CLOCK_BOOTTIME still comes on time."""
+    suspend = ("unshare", "--time", "--boottime", str(int(SUSPENDED)))
+    if subprocess.run([*suspend, "true"], capture_output=True, check=False).returncode:
+        pytest.skip("needs time namespaces (unshare --time)")
+    deadline = boottime() + SUSPENDED + 2.0
+    k = start(keepers, workdir, contain="session", deadline=deadline, grace=0.5, wrap=suspend)
+    k.running(worker=False)
+    assert k.wait_for("exit", timeout=10) == "-15 deadline"
+    assert boottime() + SUSPENDED < deadline + 0.2
+
+
 def test_a_later_deadline_keeps_the_command(keepers: list[Keeper], workdir: str) -> None:
     k = start(keepers, workdir, contain="pidns", deadline=boottime() + 1.5, grace=0.5)
     command, _ = k.running(worker=False)
@@ -248,7 +262,7 @@ def test_a_command_that_cannot_start(keepers: list[Keeper], workdir: str, contai
 
 
 def test_without_namespaces_it_falls_back_and_says_why(keepers: list[Keeper], workdir: str) -> None:
-    k = start(keepers, workdir, contain="pidns", confine=("--deny-unshare",))
+    k = start(keepers, workdir, contain="pidns", wrap=NO_NAMESPACES)
     assert k.wait_for("skipped") == "pidns unshare: Operation not permitted"
     assert k.wait_for("contained").split()[0] == "session"
     k.running(worker=False)
