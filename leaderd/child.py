@@ -132,7 +132,8 @@ class Child:
         self.pid = 0  # the command's pid, as the host sees it
         self.grip = Grip(keeper.pid, "session", "", cgroup)  # until the keeper says more
         self.skipped: list[tuple[str, str]] = []
-        self.stopping = self.killed_keeper = False
+        self.stopping = self.killed_keeper = self.running = False
+        self.lost = ""  # how the keeper failed before COMMAND ran, if it did
         self._lifeline, self._report, self._lines = lifeline, report, Lines()
         self._error: str | None = None
         self._exit: tuple[int, str] | None = None
@@ -176,12 +177,13 @@ class Child:
         return cls(keeper, life_w, report_r, term, deadline, cgroup)
 
     async def started(self) -> str | None:
-        """Wait for the keeper's word: None once COMMAND runs, else why it does not."""
+        """Wait for the keeper's word: None once COMMAND runs, else why it could not start.
+        A keeper that ended, or hung, before saying either is ``lost`` (and ended)."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._reported), START_TIMEOUT)
-        if self.pid == 0 and self._error is None and not self.exited.done():
+        if not self.running and self._error is None:
+            self.lost = "ended" if self._reported.done() else f"said nothing in {START_TIMEOUT:g}s"
             self.kill_keeper()
-            return f"its keeper did not report within {START_TIMEOUT:g}s"
         return self._error
 
     def extend(self, deadline: float) -> None:
@@ -276,7 +278,7 @@ class Child:
         elif word == SKIPPED:
             self.skipped.append((first, second))
         elif word == PID:
-            self.pid = int(first)
+            self.pid, self.running = int(first), True
         elif word == ERROR:
             self._error = rest
         elif word == EXIT:

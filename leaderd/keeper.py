@@ -169,6 +169,7 @@ class Keeper:
         return self.childless and self.tree.empty()
 
     def turn(self) -> None:
+        self.take_input(0.0)  # a deadline already sent counts before the switch is judged
         now = boottime()
         switch = self.deadline - self.grace + min(0.25, self.grace / 4)  # leaderd acts first
         if not self.stopping and self.status is not None:
@@ -180,10 +181,13 @@ class Keeper:
             self.kill_at = now + 0.1  # again, for whatever was forked meanwhile
         due = self.kill_at if self.stopping else switch
         self.timer.arm(due)
+        self.take_input(min(1.0, max(0.0, due - now)))
+
+    def take_input(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for leaderd, the init, a signal or the timer; handle it."""
         fds = [self.wake, self.timer.fd, *([] if self.orphaned else [self.life])]
         fds += [] if self.tree.messages is None else [self.tree.messages]
-        ready = select.select(fds, [], [], min(1.0, max(0.0, due - now)))[0]
-        for fd in ready:
+        for fd in select.select(fds, [], [], timeout)[0]:
             if fd == self.life:
                 self.on_lifeline()
             elif fd == self.tree.messages:

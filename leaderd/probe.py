@@ -52,13 +52,17 @@ def _probe(specs: tuple[str, ...]) -> tuple[str, list[tuple[str, str]]]:
         out = subprocess.run(argv, capture_output=True, timeout=START_TIMEOUT, check=False)
     except (OSError, subprocess.SubprocessError) as exc:
         return "session", [("pidns", f"the keeper's probe failed: {why_not(exc)}")]
-    mode, skipped = "session", []
+    mode, skipped = "", []
     for word, rest in Lines().feed(out.stdout):
         first, _, second = rest.partition(" ")
         if word == SKIPPED:
             skipped.append((first, second))
         elif word == CONTAINED:
             mode = first
+    if not mode:  # the trial run failed: say how (each keeper still tries the best first)
+        said = out.stderr.decode(errors="replace").strip().splitlines()
+        why = said[-1] if said else f"exit status {out.returncode}"
+        return "session", [*skipped, ("pidns", f"the keeper's probe failed: {why}")]
     return mode, skipped
 
 

@@ -169,10 +169,13 @@ class Supervisor:
             "LEADERD_SOCKET": self._socket_path,
         }
         child = Child.spawn(self.command, env, term, deadline, self.kill_grace, self._plan.contain)
-        error = await child.started()
+        error = await self._started(child)
         if error is not None:
             await child.outcome()
             raise ChildStartError(f"cannot start {shlex.join(self.command)}: {error}")
+        if child.lost:  # the keeper failed, not the command
+            code, _ = await child.outcome()
+            self._failed(child, code, KEEPER_DIED, f"{child.lost} before the child ran")
         if child.grip.mode != self._plan.mode:
             log.warning(
                 "child pid %d is contained by %s, not %s: %s",
@@ -191,6 +194,17 @@ class Supervisor:
             extra={"event": "child_started", "pid": child.pid, "term": term},
         )
         return child
+
+    async def _started(self, child: Child) -> str | None:
+        """Wait for the keeper's word, passing it each renewed deadline meanwhile: a keeper
+        that starts slowly must not take leaderd for frozen."""
+        word = asyncio.ensure_future(child.started())
+        while not word.done():
+            lease = self._election.lease_deadline()
+            if lease is not None and lease[0] == child.term:
+                child.extend(lease[1])
+            await asyncio.wait([word], timeout=_POLL)
+        return word.result()
 
     async def _watch(self, child: Child) -> int | None:
         while not child.exited.done():
@@ -255,11 +269,11 @@ class Supervisor:
             extra={"event": "child_stopped", "pid": child.pid, "status": code},
         )
 
-    def _failed(self, child: Child, code: int, why: str) -> None:
+    def _failed(self, child: Child, code: int, why: str, how: str = "") -> None:
         """The keeper, or the init of the command's namespace, died under it: whatever held
         the tree failed, not the command. Its tree is gone by now (Child.outcome)."""
         what = "keeper" if why == KEEPER_DIED else f"containment ({why})"
-        message = f"the {what} of child pid {child.pid} {_describe(code)}"
+        message = f"the {what} of child pid {child.pid} {how or _describe(code)}"
         log.error(
             "internal failure: %s; the child's whole tree is gone, nothing was released before",
             message,

@@ -25,6 +25,7 @@ from tests.supervisor.records import (
     LEASE_WINDOW,
     alive,
     check_one_job_at_a_time,
+    children,
     events,
     keeper_of,
     tree,
@@ -163,3 +164,23 @@ def test_everything_a_test_started_is_found_by_tree(cluster: Cluster) -> None:
     job, pids = start_job(cluster, "a", "--setsid-worker", "--fork-worker")
     found = tree(cluster.daemon("a").pid)
     assert {job, *pids} <= set(found)
+
+
+def test_keeper_killed_before_the_command_runs_is_an_internal_failure(cluster: Cluster) -> None:
+    """Not a command that cannot start (exit 2, bad configuration): its keeper died."""
+    for round_ in range(3):
+        a = cluster.start(f"a{round_}", backend="static://")
+        keeper = wait_for(lambda pid=a.pid: fresh_keeper(pid), 15, interval=0.001, what="a keeper")
+        os.kill(keeper, signal.SIGKILL)
+        assert a.wait(15) == 1, a.log()
+        log = a.log()
+        assert "internal failure" in log and "cannot start" not in log, log
+
+
+def fresh_keeper(daemon: int) -> int | None:
+    """The daemon's keeper, caught while it is still starting (its startup probe aside)."""
+    for pid in children(daemon):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"--lifeline" in f.read():
+                return pid
+    return None

@@ -210,6 +210,16 @@ def test_the_dead_mans_switch_counts_suspend(keepers: list[Keeper], workdir: str
     assert boottime() + SUSPENDED < deadline + 0.2
 
 
+def test_a_deadline_sent_while_it_starts_counts(keepers: list[Keeper], workdir: str) -> None:
+    """leaderd renews while a slow keeper starts, and says so at once: the keeper must read
+    that before it judges its switch, or it takes leaderd for frozen and ends the command."""
+    k = start(keepers, workdir, contain="pidns", deadline=boottime() + 0.3, grace=0.5)
+    k.say(DEADLINE, repr(boottime() + 60))  # before the keeper's interpreter is even up
+    command, _ = k.running(worker=False)
+    time.sleep(1.0)
+    assert alive(command), k.seen
+
+
 def test_a_later_deadline_keeps_the_command(keepers: list[Keeper], workdir: str) -> None:
     k = start(keepers, workdir, contain="pidns", deadline=boottime() + 1.5, grace=0.5)
     command, _ = k.running(worker=False)
