@@ -47,6 +47,12 @@ def _parser() -> argparse.ArgumentParser:
         "--faults", help=f"comma-separated subset of {','.join(ALL_FAULTS)} (default: all)"
     )
     p.add_argument("--leader-bias", type=float, default=0.7)
+    p.add_argument(
+        "--supervise",
+        action="store_true",
+        help="every daemon runs a command (leaderd run -- ...); adds the keeper faults and "
+        "the two_commands check",
+    )
     p.add_argument("--report", help="write the JSON report here")
     p.add_argument("--keep", action="store_true", help="keep daemon logs even when all is well")
     p.add_argument(
@@ -79,6 +85,7 @@ def settings_from(args: argparse.Namespace) -> list[Settings]:
             leader_bias=args.leader_bias,
             unsafe=args.unsafe,
             keep=args.keep,
+            supervise=args.supervise,
         )
         for b in backends
     ]

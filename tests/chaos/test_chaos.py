@@ -69,3 +69,17 @@ def test_checker_catches_an_engine_that_does_not_self_fence() -> None:
     stale = next(v for v in result.violations.listed if v["kind"] == "stale_leader")
     assert stale["stale"]["term"] < stale["seen_before"]["term"]
     assert stale["stale"]["node"] != stale["seen_before"]["node"]
+
+
+@pytest.mark.chaos
+@pytest.mark.slow
+def test_supervised_commands_survive_chaos() -> None:
+    """Every daemon runs `run -- tests/chaos/command.py` (a command with a setsid worker): the
+    leader's keeper is SIGKILLed, or frozen while its daemon resigns, among daemon kills and
+    freezes. Never two commands at once, none left after the run."""
+    kinds = ("keeper_sigkill", "keeper_sigstop", "sigkill", "sigstop", "sigterm")
+    result = run(Settings(backend="sqlite", duration=30, supervise=True, faults=kinds))
+    injected = result.injected()
+    assert all(injected.get(kind) for kind in kinds), injected
+    assert result.extra["commands_started"] >= len(kinds), result.extra
+    assert result.violations.total == 0, summary(result)
