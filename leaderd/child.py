@@ -26,6 +26,7 @@ from .containment import (
     send,
     signal_tree,
 )
+from .events import Event, extra
 from .keeper import CONTAINED, DEADLINE, ERROR, EXIT, PID, SIGNAL, SKIPPED, STOP, Lines, encode
 from .probe import START_TIMEOUT, keeper_argv
 
@@ -214,7 +215,7 @@ class Child:
             "tree itself",
             self.keeper.pid,
             self.pid,
-            extra={"event": "keeper_unresponsive", "pid": self.pid},
+            extra=extra(Event.KEEPER_UNRESPONSIVE, pid=self.pid),
         )
         self.kill_keeper()
 

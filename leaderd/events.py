@@ -40,6 +40,9 @@ class Event(StrEnum):
     CHILD_STOPPED = "child_stopped"
     CHILD_EXITED = "child_exited"
     CHILD_FAILED = "child_failed"
+    CONTAINMENT = "containment"  # how COMMAND's tree is contained (PID namespace, cgroup, ...)
+    KEEPER_DIED = "keeper_died"  # an internal failure, never the child's exit
+    KEEPER_UNRESPONSIVE = "keeper_unresponsive"
 
 
 _VIEW = frozenset({"election", "term", "holder"})
@@ -66,6 +69,9 @@ FIELDS: dict[Event, frozenset[str]] = {
     Event.CHILD_STOPPED: frozenset({"pid", "status"}),
     Event.CHILD_EXITED: frozenset({"status"}),
     Event.CHILD_FAILED: frozenset({"reason"}),
+    Event.CONTAINMENT: frozenset({"mode"}),
+    Event.KEEPER_DIED: frozenset({"pid", "status", "reason"}),
+    Event.KEEPER_UNRESPONSIVE: frozenset({"pid"}),
 }
 
 

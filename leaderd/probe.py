@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass
 
 from .containment import PR_SET_CHILD_SUBREAPER, prctl, why_not
+from .events import Event, extra
 from .keeper import CONTAINED, SKIPPED, Lines
 
 log = logging.getLogger("leaderd.supervisor")
@@ -68,12 +69,12 @@ def _probe(specs: tuple[str, ...]) -> tuple[str, list[tuple[str, str]]]:
 
 def _log_plan(mode: str, cgroup: str, skipped: list[tuple[str, str]]) -> None:
     why = "; ".join(f"{m}: {reason}" for m, reason in skipped)
-    extra = {"event": "containment", "mode": mode}
+    fields = extra(Event.CONTAINMENT, mode=mode)
     if mode == "pidns":
         log.info(
             "containment: COMMAND runs in a PID namespace of its own; nothing it starts can "
             "outlive its keeper",
-            extra=extra,
+            extra=fields,
         )
     else:
         log.warning(
@@ -82,7 +83,7 @@ def _log_plan(mode: str, cgroup: str, skipped: list[tuple[str, str]]) -> None:
             "can end what it started",
             f"cgroup {cgroup}" if mode == "cgroup" else "a process group with a subreaper",
             why,
-            extra=extra,
+            extra=fields,
         )
 
 

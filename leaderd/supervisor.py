@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from .child import KEEPER_DIED, Child
 from .clock import boottime
+from .events import Event, extra
 from .keeper import DEADLINE_PASSED, EXITED, STOPPED
 from .probe import Plan, plan
 from .status import ElectionStatus, Role
@@ -102,7 +103,7 @@ class Supervisor:
                     how,
                     self._election.name,
                     status,
-                    extra={"event": "child_exited", "status": status},
+                    extra=extra(Event.CHILD_EXITED, status=status),
                 )
                 return status
             if time.monotonic() - started >= _BACKOFF_MAX:
@@ -111,7 +112,7 @@ class Supervisor:
                 "child %s; restarting it in %gs if still leader",
                 how,
                 backoff,
-                extra={"event": "child_exited", "status": code},
+                extra=extra(Event.CHILD_EXITED, status=code),
             )
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, _BACKOFF_MAX)
@@ -183,7 +184,7 @@ class Supervisor:
                 child.grip.mode,
                 self._plan.mode,
                 "; ".join(f"{mode}: {why}" for mode, why in child.skipped),
-                extra={"event": "containment", "mode": child.grip.mode},
+                extra=extra(Event.CONTAINMENT, mode=child.grip.mode),
             )
         log.info(
             "starting child '%s' (pid %d) for election %s, term %d",
@@ -191,7 +192,7 @@ class Supervisor:
             child.pid,
             self._election.name,
             term,
-            extra={"event": "child_started", "pid": child.pid, "term": term},
+            extra=extra(Event.CHILD_STARTED, pid=child.pid, term=term),
         )
         return child
 
@@ -242,7 +243,7 @@ class Supervisor:
                 "did not act in time",
                 child.pid,
                 _describe(code),
-                extra={"event": "child_stopped", "pid": child.pid, "status": code},
+                extra=extra(Event.CHILD_STOPPED, pid=child.pid, status=code),
             )
             return None
         if why != EXITED:
@@ -254,7 +255,7 @@ class Supervisor:
             "stopping child pid %d: %s",
             child.pid,
             reason,
-            extra={"event": "child_stopping", "pid": child.pid, "reason": reason},
+            extra=extra(Event.CHILD_STOPPING, pid=child.pid, reason=reason),
         )
         child.stop()
         # Dead before the lease can expire, even if the keeper is frozen: leaderd kills it.
@@ -266,7 +267,7 @@ class Supervisor:
             "child pid %d %s",
             child.pid,
             _describe(code),
-            extra={"event": "child_stopped", "pid": child.pid, "status": code},
+            extra=extra(Event.CHILD_STOPPED, pid=child.pid, status=code),
         )
 
     def _failed(self, child: Child, code: int, why: str, how: str = "") -> None:
@@ -277,7 +278,7 @@ class Supervisor:
         log.error(
             "internal failure: %s; the child's whole tree is gone, nothing was released before",
             message,
-            extra={"event": "keeper_died", "pid": child.pid, "status": code, "reason": why},
+            extra=extra(Event.KEEPER_DIED, pid=child.pid, status=code, reason=why),
         )
         raise SupervisionError(message)
 
