@@ -348,25 +348,47 @@ def answer_error(host: str, status: int, answer: dict[str, Any]) -> EtcdError:
     if not message:
         message = f"HTTP {status}"
         code = _UNAVAILABLE if status >= 500 else _UNKNOWN
-    return EtcdError(f"{host}: {message}", code)
+    return EtcdError(f"{host}: {_explained(message)}", code)
 
 
 def _fatal(exc: BackendError) -> bool:
     return any(phrase in str(exc) for phrase in _FATAL_PHRASES)
 
 
+def _explained(message: str) -> str:
+    """etcd's message, with what to do about it when etcd's words alone do not say."""
+    if "user name is empty" in message:
+        return (f"{message} (etcd has authentication enabled: name a user in the URL, "
+                f"etcd://USER@host:port, with the password in {PASSWORD_ENV})")  # fmt: skip
+    if "permission denied" in message:
+        return f"{message} (the user needs a role with readwrite on the prefix)"
+    return message
+
+
 def _connection_error(host: str, exc: BaseException) -> BackendError:
+    """A failed connection or exchange, in words an operator can act on."""
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
         reason = getattr(exc.certificate_error, "verify_message", "") or str(exc.certificate_error)
         return BackendFatal(f"{host}: TLS: the server's certificate is not trusted ({reason})")
+    text = str(exc)
+    if "ALERT_BAD_CERTIFICATE" in text or "CERTIFICATE_REQUIRED" in text:
+        return BackendFatal(
+            f"{host}: TLS: the member refused our client certificate (or that there was none): "
+            "give cert= and key= signed by a CA the member trusts"
+        )
     if isinstance(exc, aiohttp.ClientSSLError | ssl.SSLError):
         return BackendFatal(f"{host}: TLS handshake failed ({getattr(exc, 'reason', None) or exc})")
     if isinstance(exc, aiohttp.ClientConnectorError):
-        errno = exc.os_error.errno
-        reason = os.strerror(errno).lower() if errno else str(exc.os_error)
-        return BackendUnavailable(f"{host}: {reason}")
+        os_error = exc.os_error
+        if isinstance(os_error, ConnectionResetError) and exc.ssl:
+            return BackendUnavailable(
+                f"{host}: connection reset in the TLS handshake (a member without TLS does "
+                "that: use etcd://)"
+            )
+        reason = os.strerror(os_error.errno) if os_error.errno else type(os_error).__name__
+        return BackendUnavailable(f"{host}: {reason.lower()}")
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return BackendUnavailable(f"{host}: the member closed the connection")
     return BackendUnavailable(
-        f"{host}: {type(exc).__name__}: {exc}" if str(exc) else f"{host}: {type(exc).__name__}"
+        f"{host}: {type(exc).__name__}: {text}" if text else f"{host}: {type(exc).__name__}"
     )

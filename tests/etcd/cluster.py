@@ -20,6 +20,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -69,11 +70,19 @@ class Member:
 
 @dataclass
 class Tls:
-    """Server TLS for every member's client URL: PEM paths (tests/etcd/tls.py makes them)."""
+    """TLS on every member's client URL, client certificates required: PEM paths
+    (tests/etcd/tls.py makes them)."""
 
     cert: str
     key: str
-    cacert: str  # the CA that signs client certificates (--client-cert-auth)
+    cacert: str  # the CA of the server's certificate and of the client certificates
+    client_cert: str  # what the cluster's own requests present
+    client_key: str
+
+    def context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=self.cacert)
+        context.load_cert_chain(self.client_cert, self.client_key)
+        return context
 
 
 @dataclass
@@ -82,6 +91,7 @@ class EtcdCluster:
     tls: Tls | None = None
     raft_defaults: bool = False
     fsync: bool = False
+    extra_args: Sequence[str] = ()
     workdir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="ld-etcd-", dir="/tmp"))
     members: list[Member] = field(default_factory=list)
 
@@ -106,6 +116,7 @@ class EtcdCluster:
                 args += ["--heartbeat-interval", "50", "--election-timeout", "500"]
             if not self.fsync:
                 args.append("--unsafe-no-fsync")
+            args += self.extra_args
             if self.tls:
                 args += ["--cert-file", self.tls.cert, "--key-file", self.tls.key,
                          "--client-cert-auth", "--trusted-ca-file", self.tls.cacert]  # fmt: skip
@@ -187,11 +198,12 @@ class EtcdCluster:
     # ---- asking the members ----
 
     def post(self, member: Member, path: str, body: dict[str, Any], timeout: float = 2.0) -> Any:
-        """One gateway request to one member (plain HTTP clusters only)."""
+        """One gateway request to one member (with the client certificate on TLS clusters)."""
         request = urllib.request.Request(
             member.client_url + path, data=json.dumps(body).encode(), method="POST"
         )
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        context = self.tls.context() if self.tls else None
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             return json.loads(response.read() or b"{}")
 
     def status(self, member: Member) -> dict[str, Any] | None:
@@ -240,8 +252,6 @@ class EtcdCluster:
             time.sleep(0.05)
 
     def _write_ok(self, member: Member) -> bool:
-        if self.tls:
-            return True
         body = {"key": base64.b64encode(b"/leaderd-test/health").decode(), "value": ""}
         try:
             self.post(member, "/v3/kv/put", body, timeout=2.0)
