@@ -15,14 +15,12 @@ deleted, so terms survive release, daemon restarts and etcd restarts.
   The lessor runs on the etcd leader's monotonic clock, which no wall-clock step moves, and a
   present key is never taken over: ``takeover`` is not needed (DESIGN §1.3, docs/etcd.md).
 * Standbys wake on an etcd watch of the prefix (etcd_watch.py) and keep a lease granted in
-  advance (a spare, kept alive by their rounds, also the lease a release leaves): a graceful
-  handover is one watch event and one transaction, sent with the spare's keepalive.
+  advance (a spare): a graceful handover is one watch event and one transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import logging
 import math
@@ -41,6 +39,10 @@ log = logging.getLogger(__name__)
 
 _DEFAULT_TIMEOUT = 5.0  # observe and release have no timeout argument
 _LEASE_NOT_FOUND = 5  # gRPC NOT_FOUND: "etcdserver: requested lease not found"
+_SLOW = 0.9  # the slowest rate a clock may run at against another's (clock_drift < 0.1)
+# A spare with less than _FRESH ttl left is kept alive with the transaction; a follower's
+# round keeps it alive once it has less than _TEND (about every second round by default).
+_FRESH, _TEND = 0.75, 0.8
 
 
 @dataclass(frozen=True)
@@ -53,8 +55,7 @@ class _Holder:
     term: int
     acquired_at: str  # ISO 8601, the acquiring host's wall clock: for display only
     lease: int  # the etcd lease the key is attached to
-    created: int  # the key's create revision: names this holder's tenure
-    modified: int
+    created: int  # the key's create revision: names this holder's tenure (and its version)
 
 
 @dataclass(frozen=True)
@@ -68,16 +69,36 @@ class _State:
 
 
 @dataclass(frozen=True)
+class _Ask:
+    """One acquire_or_renew: who asks, for how long, and until when it may take."""
+
+    election: str
+    me: Candidate
+    ttl: float
+    min_term: int
+    give_up: float  # time.monotonic()
+
+    def left(self) -> float:
+        return self.give_up - time.monotonic()
+
+
+@dataclass(frozen=True)
 class _Spare:
     """A granted lease with no key, for the next acquisition."""
 
     id: int
-    ttl: int
-    kept_at: float  # time.monotonic() when its grant or last keepalive was sent
+    ttl: int  # its ttl in etcd: whole seconds, at least etcd's minimum
+    kept_at: float  # time.monotonic() when its grant or last keepalive was SENT
 
-    def wilting(self) -> bool:
-        """Half its ttl is gone: keep it alive in the next round."""
-        return time.monotonic() - self.kept_at > self.ttl / 2
+    def left(self) -> float:
+        """Seconds it surely has left: its age counts as age / 0.9, so that whatever the
+        clocks' rates (drift < 10%), it never outlasts what etcd's lessor gives it."""
+        return self.ttl - (time.monotonic() - self.kept_at) / _SLOW
+
+    def fresh(self, ttl: float) -> bool:
+        """Good for an acquisition without a keepalive: 3/4 of a ttl left, so the new leader's
+        first deadline (t_send + left) still comes well after its first renewal (< ttl / 2)."""
+        return self.left() >= _FRESH * ttl
 
 
 class EtcdBackend(Backend):
@@ -89,8 +110,7 @@ class EtcdBackend(Backend):
         self._prefix = settings.prefix
         self._states: dict[str, _State] = {}
         self._answered: dict[str, int] = {}  # revision of the last answer, by election
-        self._spares: dict[str, _Spare] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._spares: dict[str, _Spare] = {}  # never revoked: an unused lease ends by itself
         self._watch = PrefixWatch(self._etcd, self._prefix, self._on_event)
 
     @classmethod
@@ -100,11 +120,6 @@ class EtcdBackend(Backend):
     @property
     def description(self) -> str:
         return self._settings.description
-
-    @property
-    def watching(self) -> bool:
-        """True while the watch stream is up (else standbys poll)."""
-        return self._watch.watching
 
     async def open(self, elections: Sequence[str]) -> None:
         """Check that etcd answers (TLS, credentials); start the watch either way."""
@@ -131,20 +146,17 @@ class EtcdBackend(Backend):
         takeover: str = "",
         min_term: int = 0,
     ) -> Lease:
-        since = time.monotonic()
-        give_up = since + timeout
+        ask = _Ask(election, candidate, ttl, min_term, time.monotonic() + timeout)
         state, fresh = self._states.get(election), False
         for _ in range(3):
             # Another holder (or nothing known) is always read again; a key a watch event said
             # was freed, or our own, go straight to their transaction or keepalive.
             if state is None or not (fresh or state.holder is None or _mine(state, candidate)):
-                state = await self._look(election, ttl, give_up)
+                state = await self._look(ask)
             if state.holder is None:
-                state, lease = await self._acquire(
-                    election, candidate, ttl, state, min_term, since, give_up
-                )
+                state, lease = await self._acquire(ask, state)
             elif _mine(state, candidate):
-                state, lease = await self._renew(election, state, ttl, give_up)
+                state, lease = await self._renew(ask, state)
             else:
                 return self._answer(election, state, None)
             if lease is not None:
@@ -168,7 +180,7 @@ class EtcdBackend(Backend):
         if answer.get("succeeded"):
             self._remember(election, replace(state, revision=_revision(answer), holder=None))
             # The lease outlives its key: it is the spare of this node's next acquisition.
-            self._keep_spare(election, _Spare(holder.lease, 0, -math.inf))
+            self._spares[election] = _Spare(holder.lease, 0, -math.inf)
 
     async def wait_for_change(self, election: str, timeout: float) -> None:
         await self._watch.wait(election, self._answered.get(election, 0), timeout)
@@ -176,35 +188,23 @@ class EtcdBackend(Backend):
         self._answered[election] = max(self._answered.get(election, 0), self._watch.heard(election))
 
     async def close(self) -> None:
-        """Spares are not revoked: a revoke would compete with the successor's transaction
-        at the moment of a handover, and an unused lease expires by itself within ttl."""
+        # Spares are left to expire: a revoke now would compete with a successor's transaction.
         await self._watch.stop()
         self._spares.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*self._tasks), 1.0)
         await self._etcd.close()
 
     # ---- acquire, renew, and the spare lease ---------------------------------------------
 
-    async def _acquire(
-        self,
-        election: str,
-        me: Candidate,
-        ttl: float,
-        state: _State,
-        min_term: int,
-        since: float,
-        give_up: float,
-    ) -> tuple[_State, Lease | None]:
+    async def _acquire(self, ask: _Ask, state: _State) -> tuple[_State, Lease | None]:
         """The transaction: take the free key and the next term, or learn who has them."""
-        spare = self._spares.pop(election, None)
+        me, spare = ask.me, self._spares.pop(ask.election, None)
         if spare is None:
-            spare = await self._grant(ttl, give_up)
-        term = max(state.term + 1, min_term)
+            spare = await self._grant(ask)
+        term = max(state.term + 1, ask.min_term)
         now = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
         value = {"node_id": me.node_id, "address": me.address, "instance": me.instance,
                  "term": term, "acquired_at": now}  # fmt: skip
-        key, term_key = b64(self._key(election)), b64(self._term_key(election))
+        key, term_key = b64(self._key(ask.election)), b64(self._term_key(ask.election))
         body = {
             "compare": [_compare(key, "CREATE", 0), _compare(term_key, "MOD", state.term_modified)],
             "success": [
@@ -213,92 +213,77 @@ class EtcdBackend(Backend):
             ],
             "failure": [{"request_range": {"key": key}}, {"request_range": {"key": term_key}}],
         }
+        # A spare that is not fresh is kept alive with the transaction: its ttl then counts
+        # from after the engine's t_send (0: it had expired). A fresh one counts what it has.
+        sent_at, refresh = time.monotonic(), not spare.fresh(ask.ttl)
         try:
-            # A spare granted before this request was sent is kept alive with the transaction,
-            # so its ttl counts from after the engine's t_send; 0 if it had expired.
             answer, kept = await asyncio.gather(
-                self._call("/v3/kv/txn", body, _left(give_up), "acquiring the lease"),
-                self._keepalive(spare.id, give_up) if spare.kept_at < since else _ttl(spare),
+                self._call("/v3/kv/txn", body, ask.left(), "acquiring the lease"),
+                self._keepalive(spare.id, ask) if refresh else _nothing(),
             )
         except EtcdError as exc:
             if exc.code != _LEASE_NOT_FOUND:
                 raise
             return state, None  # the spare had expired: a new one next time round
+        spare = replace(spare, ttl=kept, kept_at=sent_at) if refresh else spare
         if not answer.get("succeeded"):
-            self._keep_spare(
-                election, replace(spare, ttl=kept or spare.ttl, kept_at=time.monotonic())
-            )
-            return self._remember(election, self._parse(answer)), None
+            if spare.ttl:
+                self._spares[ask.election] = spare
+            return self._remember(ask.election, self._parse(answer)), None
         revision = _revision(answer)
-        holder = _Holder(
-            me.node_id, me.address, me.instance, term, now, spare.id, revision, revision
-        )
-        state = self._remember(election, _State(revision, holder, term, revision))
-        return state, self._answer(election, state, float(kept))
+        holder = _Holder(me.node_id, me.address, me.instance, term, now, spare.id, revision)
+        state = self._remember(ask.election, _State(revision, holder, term, revision))
+        return state, self._answer(ask.election, state, max(0.0, spare.left()))
 
-    async def _renew(
-        self, election: str, state: _State, ttl: float, give_up: float
-    ) -> tuple[_State, Lease | None]:
+    async def _renew(self, ask: _Ask, state: _State) -> tuple[_State, Lease | None]:
         """Keep our key's lease alive, and check that the key is still ours under it."""
         assert state.holder is not None
-        ours = state.holder
+        ours, sent_at = state.holder, time.monotonic()
         kept, state = await asyncio.gather(
-            self._keepalive(ours.lease, give_up), self._read(election, _left(give_up))
+            self._keepalive(ours.lease, ask), self._read(ask.election, ask.left())
         )
         holder = state.holder
         if holder is None or holder.created != ours.created:
             if kept:  # the key went (deleted by hand) but the lease lives: a spare
-                self._keep_spare(election, _Spare(ours.lease, kept, time.monotonic()))
+                self._spares[ask.election] = _Spare(ours.lease, kept, sent_at)
             return state, None
         # A lease the lessor found expired is lost even while its key still shows.
-        return state, self._answer(election, state, float(kept))
+        return state, self._answer(ask.election, state, float(kept))
 
-    async def _look(self, election: str, ttl: float, give_up: float) -> _State:
+    async def _look(self, ask: _Ask) -> _State:
         """A follower's round: read the election, and tend the spare meanwhile."""
-        state, _ = await asyncio.gather(
-            self._read(election, _left(give_up)), self._tend_spare(election, ttl, give_up)
-        )
+        state, _ = await asyncio.gather(self._read(ask.election, ask.left()), self._tend(ask))
         return state
 
-    async def _tend_spare(self, election: str, ttl: float, give_up: float) -> None:
-        """Have a live spare: grant one, or keep it alive once half its ttl is gone."""
-        spare = self._spares.get(election)
+    async def _tend(self, ask: _Ask) -> None:
+        """Have a live spare: grant one, or keep it alive before it stops being fresh."""
+        spare = self._spares.get(ask.election)
         try:
             if spare is None:
-                self._keep_spare(election, await self._grant(ttl, give_up))
-            elif spare.wilting():
+                self._spares[ask.election] = await self._grant(ask)
+            elif spare.left() < _TEND * ask.ttl:
                 sent_at = time.monotonic()
-                kept = await self._keepalive(spare.id, give_up)
-                if self._spares.get(election) is spare:
-                    self._spares[election] = replace(spare, ttl=kept, kept_at=sent_at)
+                kept = await self._keepalive(spare.id, ask)
+                if self._spares.get(ask.election) is spare:
+                    self._spares[ask.election] = replace(spare, ttl=kept, kept_at=sent_at)
                 if not kept:
-                    del self._spares[election]
+                    self._spares.pop(ask.election, None)
         except BackendError:
             return  # the round's own request says what is wrong
 
-    def _keep_spare(self, election: str, spare: _Spare) -> None:
-        previous = self._spares.get(election)
-        self._spares[election] = spare
-        if previous is not None and previous.id != spare.id:
-            task = asyncio.get_running_loop().create_task(self._revoke(previous.id))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+    async def _grant(self, ask: _Ask) -> _Spare:
+        sent_at, body = time.monotonic(), {"TTL": max(1, math.ceil(ask.ttl))}
+        answer = await self._call("/v3/lease/grant", body, ask.left(), "granting a lease")
+        lease, ttl = _int(answer.get("ID")), _int(answer.get("TTL"))
+        if not lease or not ttl:
+            raise BackendUnavailable(f"granting a lease: etcd answered {answer!r}")
+        return _Spare(lease, ttl, sent_at)
 
-    async def _grant(self, ttl: float, give_up: float) -> _Spare:
-        sent_at, body = time.monotonic(), {"TTL": max(1, math.ceil(ttl))}
-        answer = await self._call("/v3/lease/grant", body, _left(give_up), "granting a lease")
-        return _Spare(int(answer["ID"]), int(answer["TTL"]), sent_at)
-
-    async def _keepalive(self, lease: int, give_up: float) -> int:
+    async def _keepalive(self, lease: int, ask: _Ask) -> int:
         """The lease's ttl from now on; 0 if it has expired."""
-        answer = await self._call(
-            "/v3/lease/keepalive", {"ID": lease}, _left(give_up), "renewing the lease"
-        )
-        return int(answer.get("result", {}).get("TTL", 0))
-
-    async def _revoke(self, lease: int) -> None:
-        with contextlib.suppress(BackendError):
-            await self._call("/v3/lease/revoke", {"ID": lease}, 1.0, "revoking a lease")
+        body = {"ID": lease}
+        answer = await self._call("/v3/lease/keepalive", body, ask.left(), "renewing the lease")
+        return _int(answer.get("result", {}).get("TTL"))
 
     # ---- reading, remembering and answering ----------------------------------------------
 
@@ -310,13 +295,15 @@ class EtcdBackend(Backend):
         return self._remember(election, self._parse(answer))
 
     def _parse(self, answer: Any) -> _State:
-        leader, term = [r.get("response_range", {}).get("kvs", []) for r in answer["responses"]]
-        holder = _holder(leader[0]) if leader else None
-        stored = int(unb64(term[0].get("value", "")) or 0) if term else 0
-        modified = int(term[0].get("mod_revision", 0)) if term else 0
-        return _State(
-            _revision(answer), holder, max(stored, holder.term if holder else 0), modified
-        )
+        """The leader and term keys' ranges of a transaction (missing ones read as absent)."""
+        kvs: list[dict[str, Any]] = [
+            (r.get("response_range", {}).get("kvs") or [{}])[0] for r in answer.get("responses", [])
+        ]
+        leader, term = [*kvs, {}, {}][:2]
+        holder = _holder(leader) if leader else None
+        stored = _int(unb64(term.get("value", "")).decode(errors="replace"))
+        held = holder.term if holder else 0
+        return _State(_revision(answer), holder, max(stored, held), _int(term.get("mod_revision")))
 
     def _remember(self, election: str, state: _State) -> _State:
         known = self._states.get(election)
@@ -329,9 +316,9 @@ class EtcdBackend(Backend):
         holder = state.holder
         if holder is None:
             return Lease(election, None, "", state.term, None, None)
-        when, version = _when(holder.acquired_at), f"{holder.created}.{holder.modified}"
+        when = _when(holder.acquired_at)
         return Lease(election, holder.node_id, holder.address, holder.term, when, expires_in,
-                     instance=holder.instance, version=version)  # fmt: skip
+                     instance=holder.instance, version=str(holder.created))  # fmt: skip
 
     def _on_event(self, key: str, kv: dict[str, Any] | None, revision: int) -> str | None:
         """A watch event (kv None: deleted): update what we know; the election it concerns."""
@@ -345,7 +332,7 @@ class EtcdBackend(Backend):
             holder = None if kv is None else _holder(kv)
             self._states[election] = replace(known, revision=revision, holder=holder)
         elif kv is not None:
-            term = int(unb64(kv.get("value", "")) or 0)
+            term = _int(unb64(kv.get("value", "")).decode(errors="replace"))
             self._states[election] = replace(
                 known, revision=revision, term=term, term_modified=revision
             )
@@ -368,8 +355,8 @@ def _compare(key: str, target: str, revision: int) -> dict[str, Any]:
     return {"key": key, "target": target, "result": "EQUAL", field: revision}
 
 
-async def _ttl(spare: _Spare) -> int:
-    return spare.ttl
+async def _nothing() -> int:
+    return 0
 
 
 def _holder(kv: dict[str, Any]) -> _Holder:
@@ -382,9 +369,8 @@ def _holder(kv: dict[str, Any]) -> _Holder:
         key = unb64(kv.get("key", "")).decode(errors="replace")
         log.warning("etcd key %s does not hold a leaderd lease", key)
         node_id, term, address, instance, acquired_at = "<not leaderd>", 0, "", "", ""
-    revision = int(kv.get("mod_revision", 0))
-    created, lease = int(kv.get("create_revision", revision)), int(kv.get("lease", 0))
-    return _Holder(node_id, address, instance, term, acquired_at, lease, created, revision)
+    return _Holder(node_id, address, instance, term, acquired_at, _int(kv.get("lease")),
+                   _int(kv.get("create_revision")))  # fmt: skip
 
 
 def _mine(state: _State, me: Candidate) -> bool:
@@ -400,8 +386,12 @@ def _when(text: str) -> dt.datetime | None:
 
 
 def _revision(answer: Any) -> int:
-    return int(answer.get("header", {}).get("revision", 0))
+    return _int(answer.get("header", {}).get("revision"))
 
 
-def _left(give_up: float) -> float:
-    return give_up - time.monotonic()
+def _int(value: Any) -> int:
+    """etcd's 64-bit integers come as strings; absent (a default) or unreadable is 0."""
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
