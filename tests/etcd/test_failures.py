@@ -7,7 +7,6 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -17,14 +16,6 @@ from tests.etcd.cluster import EtcdCluster, free_port
 A, B = Candidate("node-a"), Candidate("node-b")
 E = "default"
 TTL = 5.0
-
-
-@pytest.fixture
-async def opened() -> AsyncIterator[list[Backend]]:
-    backends: list[Backend] = []
-    yield backends
-    for backend in backends:
-        await backend.close()
 
 
 class Opener:

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
+from tests.chaos.check import Claim, check_safety
 from tests.daemons import Daemon, leaders, short_tempdir, wait_for
 from tests.etcd.cluster import EtcdCluster, Member
 
@@ -56,14 +57,19 @@ def trio(etcd: EtcdCluster) -> Iterator[list[Daemon]]:
 
 
 class Referee:
-    """Polls every daemon's /leader in the background: two leaders at once is a violation."""
+    """Polls every daemon's /leader in the background and judges the answers with the chaos
+    checker (tests/chaos/check.py): a "leader" answer proves leadership only at some instant
+    of its request, so only what the answers' times prove is a violation."""
 
     def __init__(self, daemons: Sequence[Daemon]) -> None:
         self.daemons = daemons
-        self.violations: list[list[tuple[str, int]]] = []
-        self.terms: list[int] = []
+        self.claims: list[Claim] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def terms(self) -> list[int]:
+        return [c.term for c in self.claims]
 
     def __enter__(self) -> Referee:
         self._thread.start()
@@ -72,20 +78,17 @@ class Referee:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        assert not self.violations, f"two leaders at once: {self.violations[:3]}"
-        assert self.terms == sorted(self.terms), f"a leader's term went down: {self.terms}"
+        found = check_safety(self.claims)
+        assert not found.total, f"safety violations: {found.listed[:3]}"
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            claims = []
             for d in self.daemons:
                 if d.alive():
+                    sent = time.monotonic()
                     code, body = d.get("/leader", timeout=2)
                     if code == 200:
-                        claims.append((d.node_id, int(body["term"])))
-            if len(claims) > 1:
-                self.violations.append(claims)
-            self.terms += [term for _, term in claims if not self.terms or term != self.terms[-1]]
+                        self.claims.append(Claim(d.node_id, body["term"], sent, time.monotonic()))
             time.sleep(0.01)
 
 

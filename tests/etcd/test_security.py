@@ -7,7 +7,7 @@ import asyncio
 import signal
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,14 +53,6 @@ def auth_cluster() -> Iterator[EtcdCluster]:
         yield cluster
     finally:
         cluster.cleanup()
-
-
-@pytest.fixture
-async def opened() -> AsyncIterator[list[Backend]]:
-    backends: list[Backend] = []
-    yield backends
-    for backend in backends:
-        await backend.close()
 
 
 async def open_backend(url: str, opened: list[Backend]) -> Backend:
