@@ -389,6 +389,8 @@ def _connection_error(host: str, exc: BaseException) -> BackendError:
         return BackendUnavailable(f"{host}: {reason.lower()}")
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return BackendUnavailable(f"{host}: the member closed the connection")
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return BackendUnavailable(f"{host}: the member broke off its answer")
     return BackendUnavailable(
         f"{host}: {type(exc).__name__}: {text}" if text else f"{host}: {type(exc).__name__}"
     )

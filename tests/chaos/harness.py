@@ -30,14 +30,17 @@ from .check import Fault, Violations, check_liveness, check_safety, failover_sta
 from .observe import Answer, Observations, Poller, Watcher
 from .proxy import FaultProxy
 
-BACKENDS = ("sqlite", "postgresql", "advisory")
+BACKENDS = ("sqlite", "postgresql", "advisory", "etcd")
 PROCESS_FAULTS = ("sigkill", "sigstop", "sigterm")
+# Faults of the members of a 3-member etcd cluster (tests/etcd/chaos.py injects them).
+ETCD_FAULTS = ("etcd_kill", "etcd_leader_kill", "etcd_stop", "etcd_quorum_loss")
 FAULTS = {
     "sqlite": (*PROCESS_FAULTS, "db_lock"),
     "postgresql": (*PROCESS_FAULTS, "pg_restart", "pg_terminate", "latency", "blackhole", "reset"),
+    "etcd": (*PROCESS_FAULTS, *ETCD_FAULTS),
 }
 FAULTS["advisory"] = FAULTS["postgresql"]
-ALL_FAULTS = tuple(dict.fromkeys(FAULTS["sqlite"] + FAULTS["postgresql"]))
+ALL_FAULTS = tuple(dict.fromkeys(FAULTS["sqlite"] + FAULTS["postgresql"] + ETCD_FAULTS))
 # Faults that take the leader away the moment they hit it: a leader is owed from the
 # injection (DESIGN §1.6; for SIGSTOP counted from the stop). The others hold the cluster
 # back while they last: a leader is owed from the heal.
@@ -211,19 +214,28 @@ class Chaos:
                     f"{_SCHEME[s.backend]}://postgres@127.0.0.1:{proxy.port}/postgres"
                     f"?application_name=leaderd-{node_id}&table={table}&connect_timeout=2"
                 )
-            daemon = Daemon(
-                node_id,
-                url,
-                workdir=self.workdir,
-                ttl=s.ttl,
-                renew_interval=s.renew_interval,
-                retry_interval=s.retry_interval,
-                env={"LEADERD_UNSAFE_NO_FENCE": "1"} if s.unsafe else None,
-                extra_args=("--log-level", "info"),  # debug logs every SQL statement
-            )
-            if s.unsafe:
-                daemon.args[daemon.args.index("leaderd")] = "tests.chaos.unsafe_daemon"
-            self.nodes.append(Node(daemon, proxy, self.obs, s))
+            self.nodes.append(Node(self._daemon(node_id, url), proxy, self.obs, s))
+        await self._launch()
+
+    def _daemon(self, node_id: str, url: str) -> Daemon:
+        """One daemon of the run: its timing, and self-fencing off in an unsafe run."""
+        s = self.s
+        daemon = Daemon(
+            node_id,
+            url,
+            workdir=self.workdir,
+            ttl=s.ttl,
+            renew_interval=s.renew_interval,
+            retry_interval=s.retry_interval,
+            env={"LEADERD_UNSAFE_NO_FENCE": "1"} if s.unsafe else None,
+            extra_args=("--log-level", "info"),  # debug logs every SQL statement
+        )
+        if s.unsafe:
+            daemon.args[daemon.args.index("leaderd")] = "tests.chaos.unsafe_daemon"
+        return daemon
+
+    async def _launch(self) -> None:
+        """Start every node's daemon and observers; wait for a first leader; t0 is then."""
         for node in self.nodes:
             node.daemon.start()
             node.poller.start()
