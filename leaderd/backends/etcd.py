@@ -1,9 +1,7 @@
-"""etcd:// and etcd+https:// — one key per election under an etcd lease; etcd's lessor
-judges expiry and deletes the key when the lease runs out. See docs/etcd.md.
+"""etcd:// and etcd+https:// — one key per election under an etcd lease (docs/etcd.md).
 
-Keys: ``<prefix><election>/leader`` holds the holder as JSON, attached to the holder's
-lease; ``<prefix><election>/term`` holds the last term granted, has no lease and is never
-deleted, so terms survive release, daemon restarts and etcd restarts.
+``<prefix><election>/leader`` holds the holder as JSON under the holder's lease;
+``<prefix><election>/term`` holds the last term granted: no lease, never deleted.
 
 * Acquire is ONE transaction: if the leader key is absent and the term key is as last read,
   put both (the leader key under a lease of ``ttl`` seconds, the term + 1).
@@ -40,8 +38,7 @@ log = logging.getLogger(__name__)
 _DEFAULT_TIMEOUT = 5.0  # observe and release have no timeout argument
 _LEASE_NOT_FOUND = 5  # gRPC NOT_FOUND: "etcdserver: requested lease not found"
 _SLOW = 0.9  # the slowest rate a clock may run at against another's (clock_drift < 0.1)
-# A spare with less than _FRESH ttl left is kept alive with the transaction; a follower's
-# round keeps it alive once it has less than _TEND (about every second round by default).
+# A spare with < _FRESH ttl left is kept alive with the transaction; < _TEND, by a round.
 _FRESH, _TEND = 0.75, 0.8
 
 
@@ -120,6 +117,11 @@ class EtcdBackend(Backend):
     @property
     def description(self) -> str:
         return self._settings.description
+
+    @property
+    def watching(self) -> bool:
+        """True while the watch stream is up (else standbys poll)."""
+        return self._watch.watching
 
     async def open(self, elections: Sequence[str]) -> None:
         """Check that etcd answers (TLS, credentials); start the watch either way."""
@@ -316,9 +318,9 @@ class EtcdBackend(Backend):
         holder = state.holder
         if holder is None:
             return Lease(election, None, "", state.term, None, None)
-        when = _when(holder.acquired_at)
-        return Lease(election, holder.node_id, holder.address, holder.term, when, expires_in,
-                     instance=holder.instance, version=str(holder.created))  # fmt: skip
+        return Lease(election, holder.node_id, holder.address, holder.term,
+                     _when(holder.acquired_at), expires_in, instance=holder.instance,
+                     version=str(holder.created))  # fmt: skip
 
     def _on_event(self, key: str, kv: dict[str, Any] | None, revision: int) -> str | None:
         """A watch event (kv None: deleted): update what we know; the election it concerns."""
@@ -356,7 +358,7 @@ def _compare(key: str, target: str, revision: int) -> dict[str, Any]:
 
 
 async def _nothing() -> int:
-    return 0
+    return 0  # no keepalive was needed
 
 
 def _holder(kv: dict[str, Any]) -> _Holder:

@@ -54,7 +54,7 @@ class EtcdChaos(Chaos):
 
     def _restart(self, node: Node) -> None:
         """A restarted daemon is no target until it is ready: a SIGTERM that comes before it
-        has installed its handlers (its first ~0.3 s) kills it with code -15 (docs/chaos.md, etcd)."""
+        has installed its handlers (its first ~0.3 s) kills it with -15 (docs/chaos.md)."""
         super()._restart(node)
         node.busy = True
         self._spawn(self._until_ready(node))
