@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import itertools
 import logging
 import math
 import time
@@ -52,7 +53,7 @@ class _Holder:
     term: int
     acquired_at: str  # ISO 8601, the acquiring host's wall clock: for display only
     lease: int  # the etcd lease the key is attached to
-    created: int  # the key's create revision: names this holder's tenure (and its version)
+    created: int  # the key's create revision: names this holder's tenure
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,7 @@ class _Spare:
         return self.ttl - (time.monotonic() - self.kept_at) / _SLOW
 
     def fresh(self, ttl: float) -> bool:
-        """Good for an acquisition without a keepalive: 3/4 of a ttl left, so the new leader's
-        first deadline (t_send + left) still comes well after its first renewal (< ttl / 2)."""
+        """3/4 of a ttl left: the new leader's first deadline comes well after its first renewal."""
         return self.left() >= _FRESH * ttl
 
 
@@ -107,6 +107,7 @@ class EtcdBackend(Backend):
         self._prefix = settings.prefix
         self._states: dict[str, _State] = {}
         self._answered: dict[str, int] = {}  # revision of the last answer, by election
+        self._answers = itertools.count(1)
         self._spares: dict[str, _Spare] = {}  # never revoked: an unused lease ends by itself
         self._watch = PrefixWatch(self._etcd, self._prefix, self._on_event)
 
@@ -174,15 +175,13 @@ class EtcdBackend(Backend):
         if holder is None or not _mine(state, candidate) or holder.term != term:
             return
         key = b64(self._key(election))
-        body = {
-            "compare": [_compare(key, "CREATE", holder.created)],
-            "success": [{"request_delete_range": {"key": key}}],
-        }
+        body = {"compare": [_compare(key, "CREATE", holder.created)],
+                "success": [{"request_delete_range": {"key": key}}]}  # fmt: skip
         answer = await self._call("/v3/kv/txn", body, _DEFAULT_TIMEOUT, "releasing the lease")
         if answer.get("succeeded"):
             self._remember(election, replace(state, revision=_revision(answer), holder=None))
             # The lease outlives its key: it is the spare of this node's next acquisition.
-            self._spares[election] = _Spare(holder.lease, 0, -math.inf)
+            self._spares[election] = _Spare(holder.lease, 1, -math.inf)  # ttl: a keepalive says
 
     async def wait_for_change(self, election: str, timeout: float) -> None:
         await self._watch.wait(election, self._answered.get(election, 0), timeout)
@@ -200,7 +199,7 @@ class EtcdBackend(Backend):
     async def _acquire(self, ask: _Ask, state: _State) -> tuple[_State, Lease | None]:
         """The transaction: take the free key and the next term, or learn who has them."""
         me, spare = ask.me, self._spares.pop(ask.election, None)
-        if spare is None:
+        if spare is None or not spare.ttl:  # none, or it had expired
             spare = await self._grant(ask)
         term = max(state.term + 1, ask.min_term)
         now = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
@@ -261,15 +260,13 @@ class EtcdBackend(Backend):
         """Have a live spare: grant one, or keep it alive before it stops being fresh."""
         spare = self._spares.get(ask.election)
         try:
-            if spare is None:
+            if spare is None or not spare.ttl:  # none, or it had expired
                 self._spares[ask.election] = await self._grant(ask)
             elif spare.left() < _TEND * ask.ttl:
                 sent_at = time.monotonic()
                 kept = await self._keepalive(spare.id, ask)
                 if self._spares.get(ask.election) is spare:
                     self._spares[ask.election] = replace(spare, ttl=kept, kept_at=sent_at)
-                if not kept:
-                    self._spares.pop(ask.election, None)
         except BackendError:
             return  # the round's own request says what is wrong
 
@@ -318,9 +315,12 @@ class EtcdBackend(Backend):
         holder = state.holder
         if holder is None:
             return Lease(election, None, "", state.term, None, None)
+        # Every answer that finds the key is a new version: proof that etcd keeps the lease alive
+        # (its lessor deletes the key otherwise), so the engine never waits to take it over.
+        version = f"{holder.created}.{next(self._answers)}"
         return Lease(election, holder.node_id, holder.address, holder.term,
                      _when(holder.acquired_at), expires_in, instance=holder.instance,
-                     version=str(holder.created))  # fmt: skip
+                     version=version)  # fmt: skip
 
     def _on_event(self, key: str, kv: dict[str, Any] | None, revision: int) -> str | None:
         """A watch event (kv None: deleted): update what we know; the election it concerns."""

@@ -205,3 +205,29 @@ def test_daemons_on_different_members_agree(etcd: EtcdCluster) -> None:
     with running(urls) as trio, Referee(trio):
         _, took = hand_over(trio, signal.SIGTERM)
         assert took < 1.0
+
+
+def backend_calls(d: Daemon) -> float:
+    """Backend requests so far, from /metrics (the histogram's counts)."""
+    out = subprocess.run(
+        ["curl", "-sS", "--unix-socket", d.socket, "http://localhost/metrics"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in out.stdout.splitlines()
+        if line.startswith("leaderd_backend_request_seconds_count")
+    )
+
+
+def test_a_follower_asks_once_per_retry_interval_past_a_ttl(trio: list[Daemon]) -> None:
+    """A renewal writes nothing in etcd: followers must not read that as a holder that went
+    quiet and poll it ever faster once a ttl has passed."""
+    leader = the_leader(trio)
+    follower = next(d for d in trio if d is not leader)
+    time.sleep(TTL + 0.5)
+    before, t0 = backend_calls(follower), time.monotonic()
+    time.sleep(2.0)
+    rate = (backend_calls(follower) - before) / (time.monotonic() - t0)
+    assert rate <= 1.5 / RETRY, f"{rate:.1f} requests/s"
+    assert leaders(trio) == [leader]
