@@ -3,10 +3,9 @@ already ships for its API: the URL, endpoint failover, TLS, authentication, and 
 translation of every failure into a one-line ``BackendError``. backends/etcd.py holds the
 election logic; docs/etcd.md says why this is not a gRPC client.
 
-Every request goes to the preferred endpoint; a member that refuses, times out or answers
-"no leader" passes the request on to the next one within the same timeout, and the one
-that answered becomes the preferred endpoint. Keys and values travel base64-encoded and
-64-bit integers as strings, as grpc-gateway encodes them.
+A request goes to the preferred endpoint; one that refuses, times out or has no leader passes
+it to the next within the same timeout, and the one that answered is preferred from then on.
+Keys and values travel base64-encoded, 64-bit integers as strings (grpc-gateway's JSON).
 """
 
 from __future__ import annotations
@@ -166,6 +165,10 @@ class EtcdClient:
         """The preferred endpoint without its scheme: how messages name a member."""
         return self.endpoint.split("://", 1)[1]
 
+    def logout(self) -> None:
+        """Forget the auth token: the next request logs in again."""
+        self._token = ""
+
     def avoid(self, endpoint: str) -> None:
         """Prefer the next endpoint if ``endpoint`` is the preferred one (it just failed)."""
         if self.endpoint == endpoint:
@@ -183,8 +186,9 @@ class EtcdClient:
             self._session = None
 
     async def call(self, path: str, body: dict[str, Any], timeout: float, doing: str) -> Any:
-        """POST ``body`` to ``path`` within ``timeout``, failing over between endpoints: each
-        gets an equal share of the time left, so one that hangs leaves time for the next."""
+        """POST ``body`` to ``path`` within ``timeout``, failing over between endpoints: the
+        preferred one gets half the time (a slow cluster is not a dead member), the others
+        equal shares of the rest, so one that hangs leaves time for the next."""
         # Give up a moment before the caller does, so that it hears why, not just "timed out".
         give_up = time.monotonic() + timeout - min(0.02, timeout / 10)
         endpoints = self.settings.endpoints
@@ -193,11 +197,10 @@ class EtcdClient:
             left = give_up - time.monotonic()
             if left <= 0:
                 break
-            index = (self.preferred + attempt) % len(endpoints)
+            index, rest = (self.preferred + attempt) % len(endpoints), len(endpoints) - attempt
+            share = left / (rest if attempt else min(2, rest))
             try:
-                answer = await self._call_one(
-                    endpoints[index], path, body, left / (len(endpoints) - attempt)
-                )
+                answer = await self._call_one(endpoints[index], path, body, share)
             except EtcdError as exc:
                 if exc.code not in _ELSEWHERE:
                     raise self._error(doing, {index: exc}) from None
@@ -236,7 +239,7 @@ class EtcdClient:
         except EtcdError as exc:
             if exc.code != _UNAUTHENTICATED or not self.settings.user:
                 raise
-        self._token = ""  # the token expired (or the member restarted): log in again, once
+        self.logout()  # the token expired (or the member restarted): log in again, once
         headers = await self._auth_headers(endpoint, timeout)
         return await self._post(endpoint, path, body, timeout, headers)
 

@@ -119,7 +119,10 @@ class PrefixWatch:
         self._last_error = reason
 
     async def _follow(self) -> None:
-        request: dict[str, Any] = {"key": b64(self._prefix), "range_end": prefix_end(self._prefix)}
+        # Progress notifications (every 10 min by default) move the resume point through quiet
+        # times, so a reconnect after etcd compacted old revisions need not start over.
+        request: dict[str, Any] = {"key": b64(self._prefix), "range_end": prefix_end(self._prefix),
+                                   "progress_notify": True}  # fmt: skip
         if self._from:
             request["start_revision"] = self._from
         try:
@@ -148,9 +151,15 @@ class PrefixWatch:
             self._from = 0
             raise _Compacted
         if result.get("canceled"):
-            raise BackendUnavailable(f"watch canceled: {result.get('cancel_reason') or 'by etcd'}")
+            reason = result.get("cancel_reason") or "by etcd"
+            if "auth token" in reason:
+                self._etcd.logout()  # expired: the next stream logs in again
+            raise BackendUnavailable(f"watch canceled: {reason}")
+        revision = int(result.get("header", {}).get("revision", 0))
         if result.get("created"):
-            self._created(int(result.get("header", {}).get("revision", 0)))
+            self._created(revision)
+        elif not result.get("events") and self._from:  # progress: all events up to revision
+            self._from = max(self._from, revision + 1)
         for event in result.get("events", ()):
             kv = event.get("kv", {})
             revision = int(kv.get("mod_revision", 0))
