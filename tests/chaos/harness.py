@@ -41,19 +41,24 @@ from .check import (
 from .observe import Answer, Observations, Poller, Watcher
 from .proxy import FaultProxy
 
-BACKENDS = ("sqlite", "postgresql", "advisory")
+BACKENDS = ("sqlite", "postgresql", "advisory", "etcd")
 PROCESS_FAULTS = ("sigkill", "sigstop", "sigterm")
+# Faults of the members of a 3-member etcd cluster (tests/etcd/chaos.py injects them).
+ETCD_FAULTS = ("etcd_kill", "etcd_leader_kill", "etcd_stop", "etcd_quorum_loss")
 FAULTS = {
     "sqlite": (*PROCESS_FAULTS, "db_lock", "duplicate_node_id", "file_replaced"),
     "postgresql": (
         *PROCESS_FAULTS,
         *("pg_restart", "pg_crash", "clock_step", "pg_terminate", "latency", "blackhole", "reset"),
     ),
+    "etcd": (*PROCESS_FAULTS, *ETCD_FAULTS),
 }
 FAULTS["advisory"] = FAULTS["postgresql"]
 # Only with Settings.supervise: every daemon runs tests/chaos/command.py under its keeper.
 KEEPER_FAULTS = ("keeper_sigkill", "keeper_sigstop")
-ALL_FAULTS = tuple(dict.fromkeys(FAULTS["sqlite"] + FAULTS["postgresql"] + KEEPER_FAULTS))
+ALL_FAULTS = tuple(
+    dict.fromkeys(FAULTS["sqlite"] + FAULTS["postgresql"] + ETCD_FAULTS + KEEPER_FAULTS)
+)
 # Faults that take the leader away the moment they hit it: a leader is owed from the
 # injection (DESIGN §1.6; for SIGSTOP counted from the stop). The others hold the cluster
 # back while they last: a leader is owed from the heal.
@@ -272,6 +277,10 @@ class Chaos:
                     f"?application_name=leaderd-{node_id}&table={table}&connect_timeout=2"
                 )
             self.nodes.append(Node(self._daemon(node_id, url), proxy, self.obs, s))
+        await self._launch()
+
+    async def _launch(self) -> None:
+        """Start every node's daemon and observers; wait for a first leader; t0 is then."""
         for node in self.nodes:
             node.daemon.start()
             node.poller.start()

@@ -12,6 +12,7 @@ import asyncio
 import pytest
 
 from tests.chaos.harness import FAULTS, Chaos, Result, Settings
+from tests.etcd.chaos import EtcdChaos
 from tests.pgserver import PgServer
 
 SHORT = 45.0
@@ -52,6 +53,15 @@ def test_advisory_survives_chaos() -> None:
     # docs/chaos.md finding 3: rarely a stopped fresh leader's session outlives the ttl
     # by up to ~0.5 s more; liveness gets that much more room here, safety none.
     result = run(Settings(backend="advisory", duration=SHORT, slack=2.5))
+    assert_every_kind_injected(result)
+    assert result.violations.total == 0, summary(result)
+
+
+@pytest.mark.chaos
+@pytest.mark.slow
+def test_etcd_survives_chaos() -> None:
+    # Three daemons on a 3-member etcd cluster of its own; member faults as well (tests/etcd).
+    result = asyncio.run(EtcdChaos(Settings(backend="etcd", nodes=3, duration=SHORT)).run())
     assert_every_kind_injected(result)
     assert result.violations.total == 0, summary(result)
 
