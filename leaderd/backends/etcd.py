@@ -11,7 +11,7 @@
   can never delete its successor's key.
 * An expired key is gone, so etcd reports the election free and a standby acquires at once.
   The lessor runs on the etcd leader's monotonic clock, which no wall-clock step moves, and a
-  present key is never taken over: ``takeover`` is not needed (DESIGN §1.3, docs/etcd.md).
+  present key is never taken over: ``takeover`` is not needed (docs/algorithm.md, docs/etcd.md).
 * Standbys wake on an etcd watch of the prefix (etcd_watch.py) and keep a lease granted in
   advance (a spare): a graceful handover is one watch event and one transaction.
 """
