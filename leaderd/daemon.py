@@ -1,6 +1,6 @@
 """Daemon wiring: backend, elections, HTTP listeners, systemd, signals and ordered shutdown.
 
-Shutdown order (docs/algorithm.md, "Hand-over order"), bounded by shutdown_timeout: STOPPING=1, publish
+Shutdown order (docs/algorithm.md), bounded by shutdown_timeout: STOPPING=1, publish
 "stopped" to every watcher, stop the supervised child, release each lease (which
 wakes the standbys), close the listeners, exit 0.
 """
