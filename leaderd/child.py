@@ -132,7 +132,7 @@ class Child:
         self.pid = 0  # the command's pid, as the host sees it
         self.grip = Grip(keeper.pid, "session", "", cgroup)  # until the keeper says more
         self.skipped: list[tuple[str, str]] = []
-        self.stopping = self.killed_keeper = self.running = False
+        self.stopping = self.killed_keeper = self.killed_tree = self.running = False
         self.lost = ""  # how the keeper failed before COMMAND ran, if leaderd saw how
         self._lifeline, self._report, self._lines = lifeline, report, Lines()
         self.error: str | None = None
@@ -202,6 +202,7 @@ class Child:
         if kill_in > 0 and await self.gone(kill_in):
             return
         self.grip.kill()
+        self.killed_tree = True
         if await self.gone(_ANSWER):
             return
         log.warning(

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from .child import KEEPER_DIED, Child
 from .clock import boottime
-from .keeper import DEADLINE_PASSED, EXITED, STOPPED
+from .keeper import DEADLINE_PASSED, EXITED, LOST, STOPPED
 from .probe import START_TIMEOUT, Plan, plan
 from .status import ElectionStatus, Role
 
@@ -254,7 +254,8 @@ class Supervisor:
         # Dead before the lease can expire, even if the keeper is frozen: leaderd kills it.
         await child.finish(min(self.kill_grace, child.deadline - boottime()))
         code, why = await child.outcome()
-        if why not in (STOPPED, EXITED, DEADLINE_PASSED):
+        ours = why == LOST and child.killed_tree  # the init leaderd itself killed
+        if why not in (STOPPED, EXITED, DEADLINE_PASSED) and not ours:
             self._failed(child, code, why)
         log.info(
             "child %s %s",
