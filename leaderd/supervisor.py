@@ -133,7 +133,7 @@ class Supervisor:
         if child is None or child.stopping:
             log.info("received %s: no child running, ignored", name)
             return
-        log.info("forwarding %s to child pid %d", name, child.pid)
+        log.info("forwarding %s to child %s", name, child.name)
         child.forward(signum)
 
     # ---- one child's life ----
@@ -264,13 +264,15 @@ class Supervisor:
             extra={"event": "child_stopped", "pid": child.pid, "status": code},
         )
 
-    def _failed(self, child: Child, code: int, why: str, how: str = "") -> None:
+    def _failed(self, child: Child, code: int, why: str) -> None:
         """The keeper, or the init of the command's namespace, died under it: whatever held
         the tree failed, not the command. Its tree is gone by now (Child.outcome)."""
-        what = "keeper" if why in (KEEPER_DIED, STOPPED) else f"containment ({why})"
         if not child.running:
-            how = f"{child.lost or 'ended'} before the child ran"
-        message = f"the {what} of child {child.name} {how or _describe(code)}"
+            message = f"the keeper (pid {child.keeper.pid}) {child.lost or 'ended'} before "
+            message += "the child ran"
+        else:
+            what = "keeper" if why in (KEEPER_DIED, STOPPED) else f"containment ({why})"
+            message = f"the {what} of child pid {child.pid} {_describe(code)}"
         log.error(
             "internal failure: %s; the child's whole tree is gone, nothing was released before",
             message,
