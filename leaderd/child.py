@@ -28,7 +28,7 @@ from .containment import (
 )
 from .events import Event, extra
 from .keeper import CONTAINED, DEADLINE, ERROR, EXIT, PID, SIGNAL, SKIPPED, STOP, Lines, encode
-from .probe import START_TIMEOUT, keeper_argv
+from .probe import keeper_argv
 
 log = logging.getLogger("leaderd.supervisor")
 
@@ -133,13 +133,13 @@ class Child:
         self.pid = 0  # the command's pid, as the host sees it
         self.grip = Grip(keeper.pid, "session", "", cgroup)  # until the keeper says more
         self.skipped: list[tuple[str, str]] = []
-        self.stopping = self.killed_keeper = self.running = False
-        self.lost = ""  # how the keeper failed before COMMAND ran, if it did
+        self.stopping = self.killed_keeper = self.killed_tree = self.running = False
+        self.lost = ""  # how the keeper failed before COMMAND ran, if leaderd saw how
         self._lifeline, self._report, self._lines = lifeline, report, Lines()
-        self._error: str | None = None
+        self.error: str | None = None
         self._exit: tuple[int, str] | None = None
         loop = asyncio.get_running_loop()
-        self._reported: asyncio.Future[None] = loop.create_future()
+        self.reported: asyncio.Future[None] = loop.create_future()
         # Done once the keeper has exited and its last report is read.
         self.exited: asyncio.Future[None] = loop.create_future()
         self._pidfd = os.pidfd_open(keeper.pid)
@@ -177,15 +177,10 @@ class Child:
         cgroup = next((spec[7:] for spec in contain if spec.startswith("cgroup=")), "")
         return cls(keeper, life_w, report_r, term, deadline, cgroup)
 
-    async def started(self) -> str | None:
-        """Wait for the keeper's word: None once COMMAND runs, else why it could not start.
-        A keeper that ended, or hung, before saying either is ``lost`` (and ended)."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._reported), START_TIMEOUT)
-        if not self.running and self._error is None:
-            self.lost = "ended" if self._reported.done() else f"said nothing in {START_TIMEOUT:g}s"
-            self.kill_keeper()
-        return self._error
+    @property
+    def name(self) -> str:
+        """For the log: its pid once it runs (the host's), else its keeper's."""
+        return f"pid {self.pid}" if self.running else f"of keeper pid {self.keeper.pid}"
 
     def extend(self, deadline: float) -> None:
         """Pass a later lease deadline on to the keeper's dead man's switch."""
@@ -208,13 +203,12 @@ class Child:
         if kill_in > 0 and await self.gone(kill_in):
             return
         self.grip.kill()
+        self.killed_tree = True
         if await self.gone(_ANSWER):
             return
         log.warning(
-            "the keeper (pid %d) of child pid %d did not answer; leaderd ended the child's "
-            "tree itself",
-            self.keeper.pid,
-            self.pid,
+            "the keeper of child %s did not answer; leaderd ended the child's tree itself",
+            self.name,
             extra=extra(Event.KEEPER_UNRESPONSIVE, pid=self.pid),
         )
         self.kill_keeper()
@@ -228,9 +222,10 @@ class Child:
     async def nap(self, wake: asyncio.Event, timeout: float) -> None:
         waiter: asyncio.Future[object] = asyncio.ensure_future(wake.wait())
         exited: asyncio.Future[object] = asyncio.ensure_future(asyncio.shield(self.exited))
-        await asyncio.wait([waiter, exited], timeout=timeout)
-        waiter.cancel()
-        exited.cancel()
+        word: asyncio.Future[object] = asyncio.ensure_future(asyncio.shield(self.reported))
+        await asyncio.wait([waiter, exited, word], timeout=timeout)
+        for future in (waiter, exited, word):
+            future.cancel()
 
     async def gone(self, timeout: float) -> bool:
         with contextlib.suppress(TimeoutError):
@@ -268,8 +263,8 @@ class Child:
         for word, rest in self._lines.feed(data):
             self._on_line(word, rest)
         if not data:
-            if not self._reported.done():
-                self._reported.set_result(None)
+            if not self.reported.done():
+                self.reported.set_result(None)
             self._closed(self._report)
 
     def _on_line(self, word: str, rest: str) -> None:
@@ -281,11 +276,11 @@ class Child:
         elif word == PID:
             self.pid, self.running = int(first), True
         elif word == ERROR:
-            self._error = rest
+            self.error = rest
         elif word == EXIT:
             self._exit = int(first), second
-        if word in (PID, ERROR) and not self._reported.done():
-            self._reported.set_result(None)
+        if word in (PID, ERROR) and not self.reported.done():
+            self.reported.set_result(None)
 
     def _closed(self, fd: int) -> None:
         asyncio.get_running_loop().remove_reader(fd)

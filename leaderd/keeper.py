@@ -165,11 +165,13 @@ class Keeper:
         os._exit(code if code >= 0 else 128 - code)
 
     def finished(self) -> bool:
+        # What leaderd already said (a deadline, "stop") counts before any death or the
+        # switch is judged: an init leaderd killed after saying stop is no loss.
+        self.take_input(0.0)
         self.reap()
         return self.childless and self.tree.empty()
 
     def turn(self) -> None:
-        self.take_input(0.0)  # a deadline already sent counts before the switch is judged
         now = boottime()
         switch = self.deadline - self.grace + min(0.25, self.grace / 4)  # leaderd acts first
         if not self.stopping and self.status is not None:

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 from .child import KEEPER_DIED, Child
 from .clock import boottime
 from .events import Event, extra
-from .keeper import DEADLINE_PASSED, EXITED, STOPPED
-from .probe import Plan, plan
+from .keeper import DEADLINE_PASSED, EXITED, LOST, STOPPED
+from .probe import START_TIMEOUT, Plan, plan
 from .status import ElectionStatus, Role
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ class Supervisor:
         if child is None or child.stopping:
             log.info("received %s: no child running, ignored", name)
             return
-        log.info("forwarding %s to child pid %d", name, child.pid)
+        log.info("forwarding %s to child %s", name, child.name)
         child.forward(signum)
 
     # ---- one child's life ----
@@ -154,14 +154,13 @@ class Supervisor:
         """Start the child and watch it: its exit code if it ended on its own, else None."""
         self._idle.clear()
         try:
-            child = await self._start(term, deadline)
-            self._child = child
+            child = self._child = self._spawn(term, deadline)
             return await self._watch(child)
         finally:
             self._child, self._stop_reason = None, None
             self._idle.set()
 
-    async def _start(self, term: int, deadline: float) -> Child:
+    def _spawn(self, term: int, deadline: float) -> Child:
         env = {
             **os.environ,
             "LEADERD_ELECTION": self._election.name,
@@ -169,14 +168,27 @@ class Supervisor:
             "LEADERD_TERM": str(term),
             "LEADERD_SOCKET": self._socket_path,
         }
-        child = Child.spawn(self.command, env, term, deadline, self.kill_grace, self._plan.contain)
-        error = await self._started(child)
-        if error is not None:
-            await child.outcome()
-            raise ChildStartError(f"cannot start {shlex.join(self.command)}: {error}")
-        if child.lost:  # the keeper failed, not the command
-            code, _ = await child.outcome()
-            self._failed(child, code, KEEPER_DIED, f"{child.lost} before the child ran")
+        return Child.spawn(self.command, env, term, deadline, self.kill_grace, self._plan.contain)
+
+    async def _watch(self, child: Child) -> int | None:
+        """Watch the lease for the child's whole life, from its keeper's first instant: a
+        keeper that has not yet said the command runs may have started it already."""
+        spawned, announced = time.monotonic(), False
+        while not child.exited.done():
+            self._wake.clear()
+            if child.running and not announced:
+                announced = self._announce(child)
+            elif not child.reported.done() and time.monotonic() - spawned > START_TIMEOUT:
+                child.lost = f"said nothing in {START_TIMEOUT:g}s"
+                child.kill_keeper()
+            reason, left = self._check(child)
+            if reason is not None:
+                await self._stop(child, reason)
+                return None
+            await child.nap(self._wake, min(left - self.kill_grace, _POLL))
+        return await self._ended(child)
+
+    def _announce(self, child: Child) -> bool:
         if child.grip.mode != self._plan.mode:
             log.warning(
                 "child pid %d is contained by %s, not %s: %s",
@@ -191,31 +203,10 @@ class Supervisor:
             shlex.join(self.command),
             child.pid,
             self._election.name,
-            term,
-            extra=extra(Event.CHILD_STARTED, pid=child.pid, term=term),
+            child.term,
+            extra=extra(Event.CHILD_STARTED, pid=child.pid, term=child.term),
         )
-        return child
-
-    async def _started(self, child: Child) -> str | None:
-        """Wait for the keeper's word, passing it each renewed deadline meanwhile: a keeper
-        that starts slowly must not take leaderd for frozen."""
-        word = asyncio.ensure_future(child.started())
-        while not word.done():
-            lease = self._election.lease_deadline()
-            if lease is not None and lease[0] == child.term:
-                child.extend(lease[1])
-            await asyncio.wait([word], timeout=_POLL)
-        return word.result()
-
-    async def _watch(self, child: Child) -> int | None:
-        while not child.exited.done():
-            self._wake.clear()
-            reason, left = self._check(child)
-            if reason is not None:
-                await self._stop(child, reason)
-                return None
-            await child.nap(self._wake, min(left - self.kill_grace, _POLL))
-        return await self._ended(child)
+        return True
 
     def _check(self, child: Child) -> tuple[str | None, float]:
         """Why the child must stop now, if it must; else pass the deadline on to its keeper
@@ -235,25 +226,28 @@ class Supervisor:
         return None, left
 
     async def _ended(self, child: Child) -> int | None:
-        """The keeper ended without being told to: the command exited, or something failed."""
+        """The keeper ended without being told to: the command exited (or could not start),
+        its keeper stopped it at the deadline, or something failed."""
         code, why = await child.outcome()
+        if child.error is not None:
+            raise ChildStartError(f"cannot start {shlex.join(self.command)}: {child.error}")
         if why == DEADLINE_PASSED:
             log.warning(
-                "child pid %d %s: its keeper stopped it at the lease deadline, leaderd "
+                "child %s %s: its keeper stopped it at the lease deadline, leaderd "
                 "did not act in time",
-                child.pid,
+                child.name,
                 _describe(code),
                 extra=extra(Event.CHILD_STOPPED, pid=child.pid, status=code),
             )
             return None
-        if why != EXITED:
+        if why != EXITED or not child.running:
             self._failed(child, code, why)
         return code
 
     async def _stop(self, child: Child, reason: str) -> None:
         log.info(
-            "stopping child pid %d: %s",
-            child.pid,
+            "stopping child %s: %s",
+            child.name,
             reason,
             extra=extra(Event.CHILD_STOPPING, pid=child.pid, reason=reason),
         )
@@ -261,20 +255,25 @@ class Supervisor:
         # Dead before the lease can expire, even if the keeper is frozen: leaderd kills it.
         await child.finish(min(self.kill_grace, child.deadline - boottime()))
         code, why = await child.outcome()
-        if why not in (STOPPED, EXITED, DEADLINE_PASSED):
+        ours = why == LOST and child.killed_tree  # the init leaderd itself killed
+        if why not in (STOPPED, EXITED, DEADLINE_PASSED) and not ours:
             self._failed(child, code, why)
         log.info(
-            "child pid %d %s",
-            child.pid,
+            "child %s %s",
+            child.name,
             _describe(code),
             extra=extra(Event.CHILD_STOPPED, pid=child.pid, status=code),
         )
 
-    def _failed(self, child: Child, code: int, why: str, how: str = "") -> None:
+    def _failed(self, child: Child, code: int, why: str) -> None:
         """The keeper, or the init of the command's namespace, died under it: whatever held
         the tree failed, not the command. Its tree is gone by now (Child.outcome)."""
-        what = "keeper" if why == KEEPER_DIED else f"containment ({why})"
-        message = f"the {what} of child pid {child.pid} {how or _describe(code)}"
+        if not child.running:
+            message = f"the keeper (pid {child.keeper.pid}) {child.lost or 'ended'} before "
+            message += "the child ran"
+        else:
+            what = "keeper" if why in (KEEPER_DIED, STOPPED) else f"containment ({why})"
+            message = f"the {what} of child pid {child.pid} {_describe(code)}"
         log.error(
             "internal failure: %s; the child's whole tree is gone, nothing was released before",
             message,

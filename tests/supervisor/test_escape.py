@@ -184,3 +184,24 @@ def fresh_keeper(daemon: int) -> int | None:
             if b"--lifeline" in f.read():
                 return pid
     return None
+
+
+def test_keeper_frozen_while_it_starts_is_ended_on_a_step_down(cluster: Cluster) -> None:
+    """Before the keeper has said the command runs, leaderd must still watch the lease: a
+    frozen keeper may have started the command already, and its switch is frozen too."""
+    a = cluster.start("a", "--setsid-worker")
+    keeper = wait_for(lambda: fresh_keeper(a.pid), 15, interval=0.001, what="a keeper")
+    os.kill(keeper, signal.SIGSTOP)
+    try:
+        wait_for(lambda: a.is_leader(), 15, what="a to lead")
+        resigned = time.monotonic()
+        assert a.post("/resign")[0] == 200
+        wait_for(lambda: "released election default" in a.log(), 10, what="the release")
+        took = time.monotonic() - resigned
+        assert not alive(keeper), "leaderd ended the frozen keeper itself"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(keeper, signal.SIGCONT)
+    print(f"keeper frozen while starting: released {took:.2f}s after the resign")
+    assert took < LEASE_WINDOW, "the step-down waited for the keeper's word"
+    assert a.alive()

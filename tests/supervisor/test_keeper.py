@@ -255,6 +255,24 @@ def test_init_killed_is_lost_not_the_commands_exit(keepers: list[Keeper], workdi
     assert not alive(worker)
 
 
+def test_an_init_leaderd_killed_while_the_keeper_was_frozen_is_no_loss(
+    keepers: list[Keeper], workdir: str
+) -> None:
+    """leaderd says stop, the keeper is frozen, leaderd kills the init itself (docs/run.md);
+    the keeper, resumed, must read the stop before it judges the init's death."""
+    k = start(keepers, workdir, "worker", contain="pidns")
+    init = int(k.wait_for("contained").split()[1])
+    k.running()
+    os.kill(k.proc.pid, signal.SIGSTOP)
+    try:
+        k.say(STOP)
+        os.kill(init, signal.SIGKILL)
+        time.sleep(0.2)
+    finally:
+        os.kill(k.proc.pid, signal.SIGCONT)
+    assert k.wait_for("exit") == "-9 stop"
+
+
 def test_signals_are_passed_to_the_command_only(keepers: list[Keeper], workdir: str,
                                                 contain: str) -> None:  # fmt: skip
     k = start(keepers, workdir, "worker", contain=contain)
