@@ -1,6 +1,6 @@
 """A deliberately broken leaderd, for showing that the chaos checker can fail. TEST ONLY.
 
-With ``LEADERD_UNSAFE_NO_FENCE=1`` the engine ignores its self-fence deadline (DESIGN §1.2):
+With ``LEADERD_UNSAFE_NO_FENCE=1`` the engine ignores its self-fence deadline:
 a leader that was paused or cut off keeps answering "leader" until a request tells it
 otherwise. The product never reads this variable; only this wrapper does.
 
@@ -12,16 +12,16 @@ from __future__ import annotations
 import os
 import sys
 
-from leaderd import engine
+from leaderd import election_state
 from leaderd.cli import main
 
 
-def _leading_unfenced(self: engine.Election, now: float) -> bool:
-    return self._held_term is not None and not self._stopping  # no `now < self._deadline`
+def _leading_unfenced(self: election_state.ElectionState, now: float) -> bool:
+    return self.held_term is not None and not self.stopping  # no `now < self.deadline`
 
 
 if os.environ.get("LEADERD_UNSAFE_NO_FENCE") == "1":
-    engine.Election._leading = _leading_unfenced  # type: ignore[method-assign]
+    election_state.ElectionState.leading = _leading_unfenced  # type: ignore[method-assign]
 
 if __name__ == "__main__":
     sys.exit(main())
