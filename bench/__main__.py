@@ -192,7 +192,10 @@ class Bench:
                 self.figures.append(Figure("etcd", "etcd", "skipped", None, "", note=absent))
             else:
                 counts = (a.etcd_handovers or a.handovers, a.etcd_failovers or a.failovers)
-                await self.step("etcd", lambda: etcd.measure(*counts, a.etcd_fsync))
+                await self.step(
+                    "etcd",
+                    lambda: etcd.measure(*counts, a.etcd_fsync, a.qps_window, a.rss_settle),
+                )
 
 
 def table(figures: list[Figure]) -> str:

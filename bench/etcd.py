@@ -1,96 +1,77 @@
-"""The same handover and failover, side by side, on a real etcd (Debian's etcd-server and
-etcd-client), so the table shows leaderd against a widely used election service.
+"""leaderd on etcd, side by side with etcd's own election on the same cluster: Debian's
+etcd 3.4, three members on loopback with etcd's default raft timing (heartbeat 100 ms,
+election 1 s), `--unsafe-no-fsync` like the bench's PostgreSQL unless fsync is asked for.
 
-* etcd runs on loopback in a temporary directory, one member, `--unsafe-no-fsync` like the
-  bench's PostgreSQL (fsync=off) unless fsync is asked for.
 * graceful: three `etcdctl elect NAME PROPOSAL` candidates; SIGTERM the leader's etcdctl
   (it resigns on SIGTERM/SIGINT) and time until the next candidate prints its proposal.
+  leaderd: bench/handover.py's graceful handover (three daemons, default timing).
 * crash: `etcdctl elect` campaigns on a fixed 60 s session lease (no flag in etcdctl 3.4),
   so candidates from bench/etcd_candidate.py do the same on a 2 s lease (etcd's minimum with
-  its default 100 ms heartbeat, and the TTL of leaderd's crash failover) through etcd's
-  JSON gateway; SIGKILL the leader and time until the next one prints its proposal.
+  its default heartbeat) through etcd's JSON gateway; SIGKILL the leader and time until the
+  next one prints its proposal: etcd's own lease expiry. leaderd: ttl 2 s, SIGKILL.
+* steady state: two daemons, default timing, each on a member of its own, so that each
+  member's gRPC counters (`grpc_server_started_total`) are one daemon's requests; and
+  leaderd's own count (`leaderd_backend_request_seconds`) of backend calls.
+* idle: the RSS of a daemon on etcd and of one on SQLite, and how long each takes from its
+  start to `/ready`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
-import os
-import shutil
+import re
 import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
 
-from tests.daemons import REPO
+from tests.daemons import REPO, Daemon, short_tempdir
+from tests.etcd.cluster import EtcdCluster, Member
+from tests.etcd.cluster import missing as _missing
 
-from .common import Figure, ms, summary
+from . import handover
+from .common import (
+    DEFAULT_TIMING,
+    SHORT_TIMING,
+    Figure,
+    backend_requests,
+    judge,
+    memory_mb,
+    ms,
+    request,
+    summary,
+    wait_ready,
+)
 
 CANDIDATES = 3
 LEASE_TTL = 2
-INSTALL = "apt-get install -y etcd-server etcd-client"
+MAX_QPS = 1.0  # issue 11: backend requests per second per node at steady state
+FAILOVER_SLACK = 0.100  # leaderd's crash failover: at most etcd's own lease expiry + this
+# The gRPC methods leaderd's requests arrive as (the cluster's own health checks excluded).
+LEADERD_METHODS = ("Range", "Txn", "LeaseGrant", "LeaseKeepAlive", "LeaseRevoke",
+                   "LeaseTimeToLive", "Watch", "Authenticate")  # fmt: skip
 
 
 def missing() -> str | None:
     """Why the etcd comparison cannot run here, or None."""
-    absent = [b for b in ("etcd", "etcdctl") if shutil.which(b) is None]
-    return f"{' and '.join(absent)} not installed ({INSTALL})" if absent else None
+    return _missing()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@asynccontextmanager
-async def etcd_server(fsync: bool) -> AsyncIterator[str]:
-    """A one-member etcd on loopback; yields its client URL."""
-    workdir = tempfile.mkdtemp(prefix="ldb-etcd-")
-    client, peer = f"http://127.0.0.1:{_free_port()}", f"http://127.0.0.1:{_free_port()}"
-    args = [
-        "etcd", "--name", "bench", "--data-dir", os.path.join(workdir, "data"),
-        "--listen-client-urls", client, "--advertise-client-urls", client,
-        "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-        "--initial-cluster", f"bench={peer}", "--log-level", "error",
-    ]  # fmt: skip
-    if not fsync:
-        args.append("--unsafe-no-fsync")
-    proc = _start(args, os.path.join(workdir, "etcd.log"))
+@contextlib.asynccontextmanager
+async def etcd_cluster(fsync: bool) -> AsyncIterator[EtcdCluster]:
+    group = await asyncio.to_thread(EtcdCluster, 3, raft_defaults=True, fsync=fsync)
     try:
-        async with aiohttp.ClientSession() as http:
-            for _ in range(300):
-                try:
-                    async with http.get(f"{client}/health") as response:
-                        if response.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                if proc.poll() is not None:
-                    raise RuntimeError(f"etcd exited {proc.returncode}; see {workdir}/etcd.log")
-                await asyncio.sleep(0.05)
-            else:
-                raise RuntimeError("etcd did not become healthy in 15 s")
-        yield client
+        yield group
     finally:
-        proc.terminate()
-        await asyncio.to_thread(proc.wait, 30)
-        shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _start(args: list[str], log_path: str) -> subprocess.Popen[bytes]:
-    with open(log_path, "wb") as log:
-        return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        await asyncio.to_thread(group.cleanup)
 
 
 @dataclasses.dataclass
@@ -169,48 +150,139 @@ async def _rounds(client: str, command: list[str], signum: int, count: int) -> l
     return samples
 
 
-async def measure(handovers: int, failovers: int, fsync: bool) -> tuple[list[Figure], Any]:
+def _grpc_started(member: Member) -> float:
+    """Requests of leaderd's kinds this member has served so far."""
+    with urllib.request.urlopen(member.client_url + "/metrics", timeout=5) as response:
+        text = response.read().decode()
+    pattern = re.compile(r'^grpc_server_started_total\{grpc_method="(\w+)".*\} (\S+)$', re.M)
+    return sum(float(n) for method, n in pattern.findall(text) if method in LEADERD_METHODS)
+
+
+async def _counts(daemon: Daemon, member: Member) -> tuple[dict[str, float], float]:
+    return await backend_requests(daemon.socket), await asyncio.to_thread(_grpc_started, member)
+
+
+async def steady(group: EtcdCluster, warmup: float, window: float) -> dict[str, Any]:
+    """Requests per second of a leader and a follower, each alone on a member."""
+    prefix = f"/bench-{uuid.uuid4().hex[:8]}/"
+    workdir = short_tempdir("ldb-")
+    members, timing = group.members[:2], dataclasses.asdict(DEFAULT_TIMING)
+    urls = [group.url(prefix=prefix, members=[m]) for m in members]
+    daemons = [Daemon(f"q-{i}", url, workdir=workdir, **timing) for i, url in enumerate(urls)]
+    try:
+        for d in daemons:
+            d.start()
+            await wait_ready(d)
+        await asyncio.sleep(warmup)
+        before = [await _counts(d, m) for d, m in zip(daemons, members, strict=True)]
+        await asyncio.sleep(window)
+        after = [await _counts(d, m) for d, m in zip(daemons, members, strict=True)]
+        roles = [(await request(d.socket, "/leader")).status == 200 for d in daemons]
+    finally:
+        for d in daemons:
+            d.kill()
+    nodes = {}
+    for d, leads, (calls0, grpc0), (calls1, grpc1) in zip(
+        daemons, roles, before, after, strict=True
+    ):
+        nodes["leader" if leads else "follower"] = {
+            "node": d.node_id,
+            "calls_per_s": (calls1["total"] - calls0["total"]) / window,
+            "etcd_requests_per_s": (grpc1 - grpc0) / window,
+            "calls": {op: n - calls0.get(op, 0.0) for op, n in calls1.items() if op != "total"},
+        }
+    return {"nodes": nodes, "window": window, "timing": dataclasses.asdict(DEFAULT_TIMING)}
+
+
+async def idle(group: EtcdCluster, settle: float) -> dict[str, Any]:
+    """RSS and start-to-ready time of one daemon on etcd and one on SQLite."""
+    workdir = short_tempdir("ldb-")
+    urls = {"etcd": group.url(prefix=f"/bench-{uuid.uuid4().hex[:8]}/"),
+            "sqlite": f"sqlite://{workdir}/idle.db"}  # fmt: skip
+    found = {}
+    for name, url in urls.items():
+        daemon = Daemon(f"idle-{name}", url, workdir=workdir)
+        try:
+            t0 = time.monotonic()
+            daemon.start()
+            await wait_ready(daemon)
+            ready = time.monotonic() - t0
+            await asyncio.sleep(settle)
+            found[name] = {"ready_s": ready, **memory_mb(daemon.pid)}
+        finally:
+            daemon.kill()
+    return found
+
+
+async def measure(
+    handovers: int, failovers: int, fsync: bool, window: float = 30.0, settle: float = 3.0
+) -> tuple[list[Figure], Any]:
     etcdctl = ["etcdctl", "--endpoints={client}", "elect", "{name}", "{proposal}"]
     python = [
         sys.executable, "-m", "bench.etcd_candidate", "--endpoint", "{client}",
         "--name", "{name}", "--proposal", "{proposal}", "--ttl", str(LEASE_TTL),
     ]  # fmt: skip
-    async with etcd_server(fsync) as client:
+    async with etcd_cluster(fsync) as group:
+        client, url = group.members[0].client_url, group.url(prefix="/bench/")
         graceful = await _rounds(client, etcdctl, signal.SIGTERM, handovers)
+        ours = await handover.measure("etcd", url, handovers, signal.SIGTERM, DEFAULT_TIMING)
         crash = await _rounds(client, python, signal.SIGKILL, failovers)
-    g, c = summary(graceful), summary(crash)
-    backend = "etcd" + ("" if fsync else " (no fsync)")
-    figures = [
-        Figure("etcd", backend, "etcdctl elect graceful handover p50", ms(g["p50"]), "ms"),
-        Figure(
-            "etcd",
-            backend,
-            "etcdctl elect graceful handover p99",
-            ms(g["p99"]),
-            "ms",
-            note=f"n={g['n']}, max {ms(g['max']):.1f} ms; SIGTERM to etcdctl (it resigns)",
-        ),
-        Figure("etcd", backend, "crash failover p50", ms(c["p50"]), "ms"),
-        Figure(
-            "etcd",
-            backend,
-            "crash failover p99",
-            ms(c["p99"]),
-            "ms",
-            note=f"n={c['n']}; v3election Campaign, {LEASE_TTL} s lease, SIGKILL",
-        ),
-        Figure(
-            "etcd",
-            backend,
-            f"crash failover p99 / TTL ({LEASE_TTL} s)",
-            c["p99"] / LEASE_TTL,
-            "x TTL",
-            note="etcdctl elect itself: 60 s session lease, no flag to change it",
-        ),
-    ]
+        ours_crash = await handover.measure("etcd", url, failovers, signal.SIGKILL, SHORT_TIMING)
+        rates = await steady(group, min(5.0, window / 4), window)
+        memory = await idle(group, settle)
     data = {
         "fsync": fsync,
-        "graceful": {**g, "samples": graceful},
-        "crash": {**c, "samples": crash, "lease_ttl": LEASE_TTL},
+        "members": 3,
+        "etcdctl_graceful": {**summary(graceful), "samples": graceful},
+        "leaderd_graceful": ours,
+        "etcd_crash": {**summary(crash), "samples": crash, "lease_ttl": LEASE_TTL},
+        "leaderd_crash": ours_crash,
+        "steady": rates,
+        "idle": memory,
     }
-    return figures, data
+    return figures(data), data
+
+
+def figures(data: dict[str, Any]) -> list[Figure]:
+    """Each leaderd figure right under etcd's own, judged against it."""
+    where = f"etcd x3{'' if data['fsync'] else ' (no fsync)'}"
+    g, ours = data["etcdctl_graceful"], data["leaderd_graceful"]["first"]
+    c, ours_c = data["etcd_crash"], data["leaderd_crash"]["first"]
+    rows = [
+        Figure("etcd", where, "etcdctl elect graceful handover p50", ms(g["p50"]), "ms",
+               note=f"n={g['n']}; SIGTERM to etcdctl (it resigns)"),
+        Figure("etcd", where, "  leaderd graceful handover p50", ms(ours["p50"]), "ms",
+               f"<= {ms(g['p50']):.1f} ms", judge(ours["p50"], g["p50"]), note=f"n={ours['n']}"),
+        Figure("etcd", where, "etcdctl elect graceful handover p99", ms(g["p99"]), "ms",
+               note=f"max {ms(g['max']):.1f} ms"),
+        Figure("etcd", where, "  leaderd graceful handover p99", ms(ours["p99"]), "ms",
+               f"<= {ms(g['p99']):.1f} ms", judge(ours["p99"], g["p99"]),
+               note=f"max {ms(ours['max']):.1f} ms"),
+        Figure("etcd", where, "etcd lease crash failover p50", ms(c["p50"]), "ms",
+               note=f"n={c['n']}; v3election Campaign, {LEASE_TTL} s lease, SIGKILL"),
+        Figure("etcd", where, "  leaderd crash failover p50", ms(ours_c["p50"]), "ms",
+               note=f"n={ours_c['n']}; ttl {SHORT_TIMING.ttl:g} s, SIGKILL"),
+        Figure("etcd", where, "etcd lease crash failover p99", ms(c["p99"]), "ms",
+               note=f"max {ms(c['max']):.0f} ms"),
+        Figure("etcd", where, "  leaderd crash failover p99", ms(ours_c["p99"]), "ms",
+               f"<= {ms(c['p99'] + FAILOVER_SLACK):.0f} ms",
+               judge(ours_c["p99"], c["p99"] + FAILOVER_SLACK),
+               note=f"max {ms(ours_c['max']):.0f} ms"),
+    ]  # fmt: skip
+    for role, node in sorted(data["steady"]["nodes"].items()):
+        for what, key in (
+            ("etcd requests/s", "etcd_requests_per_s"),
+            ("backend calls/s", "calls_per_s"),
+        ):
+            note = (
+                "counted by the member (gRPC)"
+                if key.startswith("etcd")
+                else ", ".join(f"{op} {n:g}" for op, n in sorted(node["calls"].items()) if n)
+            )
+            rows.append(Figure("qps", "etcd", f"{what}, {role}", node[key], "q/s",
+                               f"<= {MAX_QPS:g} q/s", node[key] <= MAX_QPS, note=note))  # fmt: skip
+    for name, found in data["idle"].items():
+        note = f"private {found.get('anon', 0):.1f} MB, PSS {found.get('pss', 0):.1f} MB"
+        rows.append(Figure("rss", name, "RSS idle", found["rss"], "MB", note=note))
+        rows.append(Figure("rss", name, "start to ready", ms(found["ready_s"]), "ms"))
+    return rows

@@ -1,4 +1,4 @@
-"""The local HTTP API (DESIGN §3): reads the engines' state, never touches a backend.
+"""The local HTTP API (docs/api.md): reads the engines' state, never touches a backend.
 
 Every answer is derived at the moment it is produced (``Election.status()``). There is no
 middleware on the hot path: unknown paths hit a catch-all route and wrong methods hit a

@@ -1,4 +1,4 @@
-"""The command line (DESIGN §4): run the daemon, or ask a running one.
+"""The command line (README, docs/api.md): run the daemon, or ask a running one.
 
 Exit codes: run: 0 clean stop, 1 runtime failure, 2 bad usage or configuration.
 status: 0 leader, 1 not leader, 2 usage, 3 daemon unreachable.

@@ -1,4 +1,4 @@
-"""Configuration: flags > environment > TOML file > defaults (DESIGN §4), validated once.
+"""Configuration: flags > environment > TOML file > defaults (README), validated once.
 
 Every problem is a ConfigError whose message is one line an operator can act on;
 the command line turns it into exit code 2.

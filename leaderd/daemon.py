@@ -1,6 +1,6 @@
 """Daemon wiring: backend, elections, HTTP listeners, systemd, signals and ordered shutdown.
 
-Shutdown order (DESIGN §1.7), bounded by shutdown_timeout: STOPPING=1, publish
+Shutdown order (docs/algorithm.md), bounded by shutdown_timeout: STOPPING=1, publish
 "stopped" to every watcher, stop the supervised child, release each lease (which
 wakes the standbys), close the listeners, exit 0.
 """
@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -23,6 +23,7 @@ from .backends import Backend, BackendFatal, BackendUnavailable, Candidate, back
 from .config import Config
 from .connections import Connections, FileBudget, Limits
 from .engine import Election
+from .events import Event, extra
 from .limits import raise_open_files
 from .listener import SocketInUse, SocketPathError, UnixListener
 from .metrics import Metrics
@@ -43,7 +44,9 @@ class Daemon:
         self.metrics = Metrics()
         self.exit_code = EXIT_OK
         self._stop = asyncio.Event()
-        self._runners: list[web.AppRunner] = []
+        # Every resource registers its own teardown here as it is set up (aiohttp's
+        # cleanup_ctx habit): torn down in reverse order, whatever way run() ends.
+        self._teardown = contextlib.AsyncExitStack()
         self._unix: UnixListener | None = None
         self._activated: list[socket.socket] = []
         self._ready_sent = False
@@ -61,31 +64,32 @@ class Daemon:
             __version__,
             sock_path,
             sock_path,
-            extra={"event": "starting"},
+            extra=extra(Event.STARTING, socket=sock_path),
         )
         log.debug("open-file limit %d", open_files)
         self._install_signal_handlers()  # before the socket exists: a stop is never lost
-        try:
-            self._unix = self._bind_unix()
-        except (SocketInUse, SocketPathError) as exc:
-            log.error("%s", exc, extra={"event": "socket_error"})
-            return EXIT_USAGE
-        backend = self.metrics.wrap(backend_from_url(cfg.backend))
-        try:
+        async with self._teardown:
+            self._teardown.callback(self.notifier.close)
+            try:
+                self._unix = self._bind_unix()
+            except (SocketInUse, SocketPathError) as exc:
+                log.error("%s", exc, extra=extra(Event.SOCKET_ERROR))
+                return EXIT_USAGE
+            self._teardown.callback(self._unix.remove)
+            backend = self.metrics.wrap(backend_from_url(cfg.backend))
+            self._teardown.push_async_callback(_quietly, backend.close)
             if not await self._open_backend(backend):
                 return EXIT_FAILURE
             node = self._build_node(backend)
             try:
                 await self._serve(node)
             except SocketPathError as exc:
-                log.error("%s", exc, extra={"event": "socket_error"})
+                log.error("%s", exc, extra=extra(Event.SOCKET_ERROR))
                 return EXIT_USAGE
             tasks = [asyncio.create_task(e.run()) for e in node.elections.values()]
             helpers = self._start_helpers(node)
             await self._until_stopped(tasks + helpers)
             await self._shut_down(node, tasks, helpers)
-        finally:
-            await self._close(backend)
         return self.exit_code
 
     def request_stop(self, exit_code: int = EXIT_OK) -> None:
@@ -128,7 +132,7 @@ class Daemon:
         if node.ready and not self._ready_sent:
             self._ready_sent = True
             self.notifier.ready(node.summary())
-            log.info("ready: %s", node.summary(), extra={"event": "ready"})
+            log.info("ready: %s", node.summary(), extra=extra(Event.READY))
         elif self.notifier.enabled:
             self.notifier.status(node.summary())
 
@@ -138,17 +142,17 @@ class Daemon:
         assert self._unix is not None
         app = build_app(node, metrics=self.metrics)
         unix = self._connections("unix")
-        self._runners.append(await serve(app, unix_sock=self._unix.sock, connections=unix))
+        self._runner(await serve(app, unix_sock=self._unix.sock, connections=unix))
         tcp = [s for s in self._activated if s.family in (socket.AF_INET, socket.AF_INET6)]
         if not (tcp or cfg.listen):
             return
         read_only = build_app(node, metrics=self.metrics, read_only=True)
         tcp_conns = self._connections("tcp")
         for sock in tcp:
-            self._runners.append(await serve(read_only, unix_sock=sock, connections=tcp_conns))
+            self._runner(await serve(read_only, unix_sock=sock, connections=tcp_conns))
         if cfg.listen and not tcp:
             try:
-                self._runners.append(await serve(read_only, tcp=cfg.listen, connections=tcp_conns))
+                self._runner(await serve(read_only, tcp=cfg.listen, connections=tcp_conns))
             except OSError as exc:
                 host, port = cfg.listen
                 raise SocketPathError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
@@ -203,7 +207,7 @@ class Daemon:
             try:
                 code = await supervisor.run()
             except ChildStartError as exc:
-                log.error("%s", exc, extra={"event": "child_failed"})
+                log.error("%s", exc, extra=extra(Event.CHILD_FAILED, reason=str(exc)))
                 self.request_stop(EXIT_USAGE)
                 return
             except OSError as exc:
@@ -211,7 +215,7 @@ class Daemon:
                 # command's; the lease is still ours, so try again rather than exit.
                 why = exc.strerror or str(exc)
                 log.error("cannot start the child: %s; trying again in %gs", why, retry,
-                          extra={"event": "child_failed"})  # fmt: skip
+                          extra=extra(Event.CHILD_FAILED, reason=why))  # fmt: skip
                 await asyncio.sleep(retry)
                 retry = min(retry * 2, 30.0)
                 continue
@@ -240,7 +244,7 @@ class Daemon:
         self._signals += 1
         name = signal.Signals(signum).name
         if self._signals == 1:
-            log.info("received %s: handing over", name, extra={"event": "stopping"})
+            log.info("received %s: handing over", name, extra=extra(Event.STOPPING, signal=name))
             self.request_stop(EXIT_OK)
         else:
             # A second signal must not skip the release: the hand-over is bounded anyway.
@@ -279,17 +283,17 @@ class Daemon:
         for task in (*tasks, *helpers):
             task.cancel()
         await asyncio.gather(*tasks, *helpers, return_exceptions=True)
-        log.info("stopped", extra={"event": "stopped"})
+        log.info("exiting", extra=extra(Event.EXITED, status=self.exit_code))
 
-    async def _close(self, backend: Backend) -> None:
-        for runner in reversed(self._runners):
-            with contextlib.suppress(Exception):
-                await runner.cleanup()
-        if self._unix is not None:
-            self._unix.remove()
-        with contextlib.suppress(Exception):
-            await backend.close()
-        self.notifier.close()
+    def _runner(self, runner: web.AppRunner) -> None:
+        """A listener is served: its cleanup runs first at teardown (the last set up)."""
+        self._teardown.push_async_callback(_quietly, runner.cleanup)
+
+
+async def _quietly(close: Callable[[], Awaitable[None]]) -> None:
+    """A teardown step that fails must not skip the ones after it."""
+    with contextlib.suppress(Exception):
+        await close()
 
 
 def run(config: Config, command: list[str] | None = None) -> int:

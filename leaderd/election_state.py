@@ -14,8 +14,10 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from .backends.base import Candidate, Lease, LeaseLost
+from .events import Event
 from .status import LeaderInfo, Role
 from .timing import Timing
 
@@ -54,9 +56,9 @@ class Note:
     """A decision worth an operator's attention, logged by the engine as one sentence."""
 
     level: int
-    event: str
+    event: Event
     sentence: str
-    term: int
+    fields: dict[str, Any]
 
 
 class ElectionState:
@@ -320,7 +322,10 @@ class ElectionState:
             "either a second daemon runs with this node id (make node ids unique) or this "
             "daemon restarted within one ttl; waiting for that lease to end"
         )
-        return Note(logging.ERROR, "duplicate_node_id", sentence, lease.term)
+        fields = {"election": self.name, "term": lease.term, "holder": lease.holder}
+        return Note(
+            logging.ERROR, Event.DUPLICATE_NODE_ID, sentence, fields | {"instance": lease.instance}
+        )
 
     def _refuse(self, lease: Lease, high_water: int) -> Note:
         """The backend granted a term this node has already seen: it lost acknowledged
@@ -332,4 +337,5 @@ class ElectionState:
             f"already saw term {high_water}: the backend lost acknowledged writes; refusing "
             f"to lead, releasing it and asking for term {high_water + 1} or above"
         )
-        return Note(logging.ERROR, "term_refused", sentence, lease.term)
+        fields = {"election": self.name, "term": lease.term, "high_water": high_water}
+        return Note(logging.ERROR, Event.TERM_REFUSED, sentence, fields)

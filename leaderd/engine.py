@@ -23,6 +23,7 @@ from typing import Literal
 from .backends.base import Backend, BackendError, Candidate, Lease
 from .clock import Clock, SystemClock
 from .election_state import MIN_DELAY, ElectionState, Note, Request, View
+from .events import Event, extra
 from .status import ElectionStatus, Role
 from .timing import Timing
 from .watchers import ChangeListener, Watchers
@@ -238,13 +239,11 @@ class Election:
         if state.leading(now):
             sentence = f"renew of election {self.name} failed: {reason}; deadline in "
             sentence += f"{state.deadline - now:.1f}s"
-            event = "renew_failed"
+            event = Event.RENEW_FAILED
         else:
-            sentence, event = (
-                f"election {self.name}: backend request failed: {reason}",
-                "backend_error",
-            )
-        log.log(level, sentence, extra={"event": event, "election": self.name, "reason": reason})
+            sentence = f"election {self.name}: backend request failed: {reason}"
+            event = Event.BACKEND_ERROR
+        log.log(level, sentence, extra=extra(event, election=self.name, reason=reason))
         first, before = not state.ready, self._published
         state.on_failure(exc, request)
         view = self._refresh(now)
@@ -272,14 +271,14 @@ class Election:
                 self.name,
                 term,
                 str(exc) or "request timed out",
-                extra={"event": "release_failed", "election": self.name, "term": term},
+                extra=extra(Event.RELEASE_FAILED, election=self.name, term=term, reason=str(exc)),
             )
             return
         log.info(
             "released election %s, term %d",
             self.name,
             term,
-            extra={"event": "released", "election": self.name, "term": term},
+            extra=extra(Event.RELEASED, election=self.name, term=term),
         )
 
     async def _own_term(self, default: int | None) -> int | None:
@@ -347,12 +346,11 @@ class Election:
         sentence = self.state.sentence(previous, view, now)
         level = logging.DEBUG if previous is None else logging.INFO
         holder = view.leader.node_id if view.leader else None
-        extra = {"event": view.role.value, "election": self.name, "term": view.term}
-        log.log(level, sentence, extra={**extra, "holder": holder})
+        fields = extra(Event(view.role.value), election=self.name, term=view.term, holder=holder)
+        log.log(level, sentence, extra=fields)
         self._watchers.publish(self._snapshot(view, now))
         return view
 
     def _log_notes(self, notes: list[Note]) -> None:
         for note in notes:
-            extra = {"event": note.event, "election": self.name, "term": note.term}
-            log.log(note.level, note.sentence, extra=extra)
+            log.log(note.level, note.sentence, extra=extra(note.event, **note.fields))

@@ -1,4 +1,5 @@
-"""The open-file limit: lifted for the daemon's watchers, given back to a supervised child.
+"""The open-file limit: lifted for the daemon's watchers; a supervised child's keeper gives
+the command the original one back (``ORIGINAL``).
 
 Every /watch client holds a socket; a soft limit of 1,024 would leave the rest of 10,000
 watchers unaccepted, silently.
@@ -20,9 +21,3 @@ def raise_open_files() -> int:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-
-
-def restore(pid: int) -> None:
-    """Give a child process the limit the daemon itself was started with."""
-    with contextlib.suppress(OSError):
-        resource.prlimit(pid, resource.RLIMIT_NOFILE, ORIGINAL)

@@ -1,4 +1,4 @@
-"""Prometheus metrics (DESIGN §6): one registry per daemon, filled without the engine or
+"""Prometheus metrics (docs/metrics.md): one registry per daemon, filled without the engine or
 the backends knowing about it.
 
 * Election gauges are computed at scrape time by a collector that asks each engine, so

@@ -311,3 +311,36 @@ if __name__ == "__main__":
         print(server.dsn(), server.psql("SELECT version()"))
     finally:
         server.cleanup()
+
+
+class FakeTimeServer(PgServer):
+    """A PostgreSQL server whose wall clock can be stepped while it runs."""
+
+    def __init__(self) -> None:
+        libs = glob.glob("/usr/lib/*/faketime/libfaketime.so.1")
+        if not libs:
+            raise AssertionError("libfaketime is needed: apt-get install libfaketime")
+        self.offset_dir = Path(tempfile.mkdtemp(prefix="leaderd-faketime-"))
+        self.offset_dir.chmod(0o755)  # the postgres user reads the offset file
+        self.offset_file = self.offset_dir / "offset"
+        self.step(0)
+        env = {
+            "LD_PRELOAD": libs[0],
+            "FAKETIME_TIMESTAMP_FILE": str(self.offset_file),
+            "FAKETIME_NO_CACHE": "1",  # read the offset at every call: a step is at once
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1",  # the server's timeouts keep real time
+        }
+        super().__init__(env=env)
+
+    def step(self, seconds: int) -> None:
+        tmp = self.offset_file.with_suffix(".new")
+        tmp.write_text(f"{seconds:+d}\n")
+        tmp.chmod(0o644)
+        tmp.replace(self.offset_file)  # whole, never half-written
+
+    def server_now(self) -> float:
+        return float(self.psql("SELECT extract(epoch FROM now())"))
+
+    def cleanup(self) -> None:
+        super().cleanup()
+        shutil.rmtree(self.offset_dir, ignore_errors=True)

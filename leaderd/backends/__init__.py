@@ -27,6 +27,8 @@ _SCHEMES: dict[str, tuple[str, str]] = {
     "postgres": ("leaderd.backends.postgres", "PostgresLeaseBackend"),
     "postgresql+advisory": ("leaderd.backends.advisory", "PostgresAdvisoryBackend"),
     "postgres+advisory": ("leaderd.backends.advisory", "PostgresAdvisoryBackend"),
+    "etcd": ("leaderd.backends.etcd", "EtcdBackend"),
+    "etcd+https": ("leaderd.backends.etcd", "EtcdBackend"),
 }
 
 

@@ -62,7 +62,7 @@ _LIVE = {
 }
 _TAKEOVER = {
     # An unreleased holder's lease (its session ended under it) is over on the server's
-    # clock, and the engine watched this very version for one ttl (DESIGN §1.3).
+    # clock, and the engine watched this very version for one ttl (docs/algorithm.md).
     "wait": f"(coalesce(c.expires_at <= now(), true) AND {version_sql('c')} = $8::text)",
     # The session's end freed the lock: the grant is enough (fence writes on term). ($8 is
     # unused, but typed so that the statement prepares.)

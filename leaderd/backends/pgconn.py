@@ -3,7 +3,7 @@
 Every request either backend sends runs inside ``request()``: the only place where a
 driver, socket or timeout error becomes the backend's own (``BackendUnavailable`` or
 ``BackendFatal``, redacted). A session that writes leases commits durably whatever the
-server's default is, and a read-only or recovering server is refused (DESIGN §1.4).
+server's default is, and a read-only or recovering server is refused (docs/postgresql.md).
 """
 
 from __future__ import annotations

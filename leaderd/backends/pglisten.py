@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..events import Event, extra
 from .base import BackendError
 from .pgconn import connect, request
 from .pgsettings import PgSettings
@@ -194,7 +195,7 @@ class Outage:
                 "%s: %s; standbys poll until it is back",
                 self.what,
                 reason,
-                extra={"event": "listen_down", "reason": reason},
+                extra=extra(Event.LISTEN_DOWN, reason=reason),
             )
         elif now - self._summarized >= self.every:
             self._summarized = now
@@ -204,7 +205,7 @@ class Outage:
                 now - self._started,
                 self.failures,
                 reason,
-                extra={"event": "listen_down", "reason": reason, "failures": self.failures},
+                extra=extra(Event.LISTEN_DOWN, reason=reason, failures=self.failures),
             )
 
     def ended(self) -> None:
@@ -216,7 +217,7 @@ class Outage:
             self._clock() - self._started,
             self.failures,
             self._last,
-            extra={"event": "listen_up", "failures": self.failures},
+            extra=extra(Event.LISTEN_UP, failures=self.failures),
         )
         self._started, self.failures = None, 0
 

@@ -9,7 +9,7 @@ the leader's local deadline (``t_send + ttl * (1 - drift) - margin``), and a wai
 acquirer judges expiry with a ``now()`` that is, if anything, early — both errors are on
 the safe side. A server clock stepped forward can expire a live lease early on the server,
 but taking it over also needs the version the engine watched unchanged for one ttl on its
-own clock, and a renewing holder moves the version every renew_interval (DESIGN §1.3).
+own clock, and a renewing holder moves the version every renew_interval (docs/algorithm.md).
 
 Acquisitions and releases ``pg_notify`` the channel ``leaderd_<table>``; a dedicated
 connection LISTENs so that standbys wake at once. Requests share a small pool (one

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from leaderd.backends import Backend, backend_from_url
+from tests.etcd.fixtures import etcd_cluster  # noqa: F401 - the fixture the etcd entry uses
 
 # Elections every instance opens; tests use these names.
 ELECTIONS = ("default", "other")
@@ -203,6 +204,22 @@ async def _postgresql_advisory(request: pytest.FixtureRequest) -> str:
           marks=(pytest.mark.postgres,))  # fmt: skip
 async def _postgresql_advisory_immediate(request: pytest.FixtureRequest) -> str:
     return _advisory_url(request, takeover="immediate")
+
+
+async def expire_by_lessor(store: Store, holder: Backend, election: str) -> Backend:
+    """etcd: its lessor deletes the key once the lease (whole seconds, at least its minimum)
+    has run out; wait until it has."""
+    async with asyncio.timeout(15):
+        while (await holder.observe(election)).holder is not None:
+            await holder.wait_for_change(election, 0.5)  # the key's deletion is an event
+    return holder
+
+
+@register("etcd", expire=expire_by_lessor, lacks={TAKEOVER: "etcd's lessor deletes an expired "
+          "key: it is then free, never an expired lease to take over by its version"})  # fmt: skip
+async def _etcd(request: pytest.FixtureRequest) -> str:
+    cluster = request.getfixturevalue("etcd_cluster")  # the session's 3 members
+    return str(cluster.url(prefix=f"/leaderd-test/{uuid.uuid4().hex[:10]}/"))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

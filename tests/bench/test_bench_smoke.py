@@ -76,5 +76,11 @@ def test_every_family_runs(tmp_path: Path) -> None:
 def test_etcd_comparison_runs(tmp_path: Path) -> None:
     report = run_bench(tmp_path, "--only", "etcd")
     assert not report["failed"]
-    assert 0 < figure(report, "etcd (no fsync)", "etcdctl elect graceful handover p99") < 10_000
-    assert 0 < figure(report, "etcd (no fsync)", "crash failover p99") < 10_000
+    where = "etcd x3 (no fsync)"
+    for name in ("etcdctl elect graceful handover p99", "  leaderd graceful handover p99"):
+        assert 0 < figure(report, where, name) < 10_000  # ms
+    for name in ("etcd lease crash failover p99", "  leaderd crash failover p99"):
+        assert 0 < figure(report, where, name) < 10_000
+    for role in ("leader", "follower"):
+        assert 0 <= figure(report, "etcd", f"etcd requests/s, {role}") < 100
+    assert 5 < figure(report, "etcd", "RSS idle") < 1000  # MB

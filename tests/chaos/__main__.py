@@ -1,4 +1,4 @@
-"""python -m tests.chaos [--backend sqlite|postgresql|advisory|all] [--nodes 5] [--duration S]
+"""python -m tests.chaos [--backend sqlite|postgresql|advisory|etcd|all] [--nodes 5] [--duration S]
 [--seed N] [--report out.json] — exit 1 on any violation (docs/chaos.md)."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from tests.etcd.chaos import EtcdChaos
 from tests.pgserver import PgServer
 
 from .harness import ALL_FAULTS, BACKENDS, Chaos, Settings
@@ -28,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
         "--backend",
         action="append",
         choices=[*BACKENDS, "all"],
-        help="repeatable; default: all three in turn (sqlite, postgresql, advisory)",
+        help="repeatable; default: all in turn (sqlite, postgresql, advisory, etcd)",
     )
     p.add_argument("--nodes", type=int, default=5)
     p.add_argument(
@@ -47,6 +48,12 @@ def _parser() -> argparse.ArgumentParser:
         "--faults", help=f"comma-separated subset of {','.join(ALL_FAULTS)} (default: all)"
     )
     p.add_argument("--leader-bias", type=float, default=0.7)
+    p.add_argument(
+        "--supervise",
+        action="store_true",
+        help="every daemon runs a command (leaderd run -- ...); adds the keeper faults and "
+        "the two_commands check",
+    )
     p.add_argument("--report", help="write the JSON report here")
     p.add_argument("--keep", action="store_true", help="keep daemon logs even when all is well")
     p.add_argument(
@@ -79,6 +86,7 @@ def settings_from(args: argparse.Namespace) -> list[Settings]:
             leader_bias=args.leader_bias,
             unsafe=args.unsafe,
             keep=args.keep,
+            supervise=args.supervise,
         )
         for b in backends
     ]
@@ -90,14 +98,16 @@ async def run_all(plans: Sequence[Settings], pg: PgServer | None = None) -> list
     own = None
     try:
         for s in plans:
-            if s.backend != "sqlite" and pg is None:
+            postgres = s.backend not in ("sqlite", "etcd")
+            if postgres and pg is None:
                 pg = own = await asyncio.to_thread(PgServer)
-            if s.backend != "sqlite":
+            if postgres:
                 assert pg is not None
                 await asyncio.to_thread(pg.ensure_running)
             what = f"{s.backend}, {s.nodes} nodes, {s.duration:g}s, seed {s.seed}"
             print(f"chaos: {what}", flush=True)
-            result = await Chaos(s, pg if s.backend != "sqlite" else None).run()
+            chaos = EtcdChaos(s) if s.backend == "etcd" else Chaos(s, pg if postgres else None)
+            result = await chaos.run()
             runs.append(result.as_dict())
     finally:
         if own is not None:

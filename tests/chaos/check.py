@@ -13,7 +13,10 @@ acquired once and held by one node (DESIGN §1.4), and at most one node leads at
   held before term ``t`` — a deposed leader still answering "leader" (also when ``a`` and
   ``b`` come from the same node: a term went backwards).
 
-Together they catch every overlap the observations can prove: if node A is seen leading
+* ``two_commands`` (with ``Settings.supervise``): two supervised commands alive at one
+  instant, from their heartbeats (``check_commands``).
+
+Together the first two catch every overlap the observations can prove: if node A is seen leading
 with term t at windows w1 and w3, and node B with term u != t at a window w2 between them
 (w1 received before w2 sent, w2 received before w3 sent), one of the two pairs is stale.
 Two answers whose windows overlap prove nothing and are not reported: a checker that
@@ -190,3 +193,57 @@ def failover_stats(faults: Iterable[Fault]) -> dict[str, dict[str, float | int]]
         }
         for kind, v in sorted(groups.items())
     }
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One start of a supervised command (tests/chaos/command.py), with all it started:
+    alive at least from its first heartbeat to its last."""
+
+    instance: str
+    node: str
+    term: int
+    first: float
+    last: float
+
+
+def spans(text: str) -> list[Span]:
+    """Heartbeat lines "beat NODE TERM INSTANCE MONOTONIC" grouped by instance."""
+    found: dict[str, Span] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) != 5 or fields[0] != "beat":  # a line cut by a kill
+            continue
+        _, node, term, instance, at = fields
+        seen = found.get(instance)
+        t = float(at)
+        if seen is None:
+            found[instance] = Span(instance, node, int(term), t, t)
+        else:
+            found[instance] = Span(instance, node, seen.term, min(seen.first, t), max(seen.last, t))
+    return sorted(found.values(), key=lambda s: s.first)
+
+
+def check_commands(found: Sequence[Span], t0: float = 0.0) -> Violations:
+    """Rule ``two_commands``: two supervised commands alive at one instant. A process lives
+    one interval, so a command (and what it started) ran at least from its first beat to its
+    last; a span that starts before an earlier one's last beat overlaps it. O(n log n)."""
+    violations = Violations()
+    longest: Span | None = None  # of the spans so far, the one that lasted longest
+    for span in sorted(found, key=lambda s: s.first):
+        if longest is not None and span.first < longest.last:
+            violations.add(
+                "two_commands",
+                first={"node": longest.node, "term": longest.term,
+                       "alive_s": [round(longest.first - t0, 4), round(longest.last - t0, 4)]},
+                second={"node": span.node, "term": span.term,
+                        "alive_s": [round(span.first - t0, 4), round(span.last - t0, 4)]},
+                explanation=(
+                    f"{span.node}'s command (term {span.term}) beat at "
+                    f"{span.first - t0:.3f}s while {longest.node}'s (term {longest.term}) "
+                    f"still beat until {longest.last - t0:.3f}s"
+                ),
+            )  # fmt: skip
+        if longest is None or span.last > longest.last:
+            longest = span
+    return violations

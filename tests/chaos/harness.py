@@ -16,34 +16,57 @@ import random
 import shutil
 import signal
 import sqlite3
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 
+from leaderd.containment import children
 from tests.daemons import Daemon, short_tempdir
-from tests.pgserver import PgServer
+from tests.pgserver import FakeTimeServer, PgServer
 
-from .check import Fault, Violations, check_liveness, check_safety, failover_stats
+from .check import (
+    Fault,
+    Violations,
+    check_commands,
+    check_liveness,
+    check_safety,
+    failover_stats,
+    spans,
+)
 from .observe import Answer, Observations, Poller, Watcher
 from .proxy import FaultProxy
 
-BACKENDS = ("sqlite", "postgresql", "advisory")
+BACKENDS = ("sqlite", "postgresql", "advisory", "etcd")
 PROCESS_FAULTS = ("sigkill", "sigstop", "sigterm")
+# Faults of the members of a 3-member etcd cluster (tests/etcd/chaos.py injects them).
+ETCD_FAULTS = ("etcd_kill", "etcd_leader_kill", "etcd_stop", "etcd_quorum_loss")
 FAULTS = {
     "sqlite": (*PROCESS_FAULTS, "db_lock", "duplicate_node_id", "file_replaced"),
-    "postgresql": (*PROCESS_FAULTS, "pg_restart", "pg_terminate", "latency", "blackhole", "reset"),
+    "postgresql": (
+        *PROCESS_FAULTS,
+        *("pg_restart", "pg_crash", "clock_step", "pg_terminate", "latency", "blackhole", "reset"),
+    ),
+    "etcd": (*PROCESS_FAULTS, *ETCD_FAULTS),
 }
 FAULTS["advisory"] = FAULTS["postgresql"]
-ALL_FAULTS = tuple(dict.fromkeys(FAULTS["sqlite"] + FAULTS["postgresql"]))
+# Only with Settings.supervise: every daemon runs tests/chaos/command.py under its keeper.
+KEEPER_FAULTS = ("keeper_sigkill", "keeper_sigstop")
+ALL_FAULTS = tuple(
+    dict.fromkeys(FAULTS["sqlite"] + FAULTS["postgresql"] + ETCD_FAULTS + KEEPER_FAULTS)
+)
 # Faults that take the leader away the moment they hit it: a leader is owed from the
 # injection (DESIGN §1.6; for SIGSTOP counted from the stop). The others hold the cluster
 # back while they last: a leader is owed from the heal.
-_AT_ONCE = ("sigkill", "sigterm", "sigstop", "pg_terminate", "reset")
+_AT_ONCE = ("sigkill", "sigterm", "sigstop", "pg_terminate", "reset", *KEEPER_FAULTS)
 # Faults aimed at no node: the harness picks their target itself.
 _NO_TARGET = {"pg_restart": "postgres", "db_lock": "sqlite", "file_replaced": "sqlite"}
+_NO_TARGET |= {"pg_crash": "postgres", "clock_step": "postgres"}
+CLOCK_STEP = 600  # seconds each clock_step moves the PostgreSQL server's clock forward
 _SCHEME = {"postgresql": "postgresql", "advisory": "postgresql+advisory"}
 
 
@@ -63,16 +86,20 @@ class Settings:
     leader_bias: float = 0.7  # how often a process or network fault aims at the leader
     unsafe: bool = False  # run tests/chaos/unsafe_daemon.py: self-fencing disabled
     keep: bool = False  # keep the work directory (daemon logs) even without violations
+    supervise: bool = False  # every daemon runs a command (`run -- tests/chaos/command.py`)
 
     @property
     def bound(self) -> float:
         return self.ttl + self.retry_interval + self.slack
 
     def kinds(self) -> tuple[str, ...]:
-        allowed = FAULTS[self.backend]
+        allowed = FAULTS[self.backend] + (KEEPER_FAULTS if self.supervise else ())
         chosen = tuple(k for k in self.faults if k in allowed) if self.faults else allowed
         if not chosen:
-            raise ValueError(f"none of the faults {self.faults} applies to {self.backend}")
+            need = (
+                " (keeper faults need --supervise)" if set(self.faults) & set(KEEPER_FAULTS) else ""
+            )
+            raise ValueError(f"none of the faults {self.faults} applies to {self.backend}{need}")
         return chosen
 
 
@@ -112,6 +139,7 @@ class Result:
                 "watch_events": self.obs.watch_events,
                 "daemon_restarts": self.restarts,
                 "polls_by_node": self.extra.get("polls_by_node", {}),
+                "commands_started": self.extra.get("commands_started"),
             },
             "workdir": self.workdir,
             "faults": [f.as_dict(self.t0) for f in self.faults],
@@ -159,6 +187,7 @@ class Chaos:
         self.deck: list[str] = []
         self.pg = pg
         self.own_pg = False
+        self.clock_offset = 0  # seconds the clock_step faults moved the server forward
         self.obs = Observations()
         self.violations = Violations()
         self.nodes: list[Node] = []
@@ -167,6 +196,7 @@ class Chaos:
         self.workdir = ""
         self.t0 = 0.0
         self.restarts = 0
+        self.extra: dict[str, Any] = {}
 
     # ---- the run ----
 
@@ -182,6 +212,8 @@ class Chaos:
             end = time.monotonic()
             await self._stop()
         found = Violations()
+        if self.s.supervise:
+            found.merge(self._check_commands())
         found.merge(check_safety(self.obs.claims, self.t0))
         found.merge(check_liveness(self.faults, self.obs.claims, self.s.bound, end, self.t0))
         found.merge(self.obs.violations)
@@ -198,8 +230,34 @@ class Chaos:
             self.obs,
             self.workdir if keep else None,
             self.restarts,
-            {"polls_by_node": {n.id: n.poller.polls for n in self.nodes}},
+            {"polls_by_node": {n.id: n.poller.polls for n in self.nodes}, **self.extra},
         )
+
+    @property
+    def beats(self) -> str:
+        return os.path.join(self.workdir, "beats")
+
+    def _command(self) -> list[str]:
+        return [sys.executable, "-m", "tests.chaos.command", self.beats]
+
+    def _check_commands(self) -> Violations:
+        """No two supervised commands alive at once; none alive after every daemon stopped."""
+        try:
+            text = Path(self.beats).read_text()
+        except FileNotFoundError:
+            text = ""
+        found = spans(text)
+        self.extra["commands_started"] = len(found)
+        violations = check_commands(found, self.t0)
+        for pid in processes_naming(self.beats):
+            violations.add(
+                "command_survived",
+                pid=pid,
+                explanation=f"pid {pid} of a supervised command outlived every daemon",
+            )
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return violations
 
     async def _start(self) -> None:
         s = self.s
@@ -207,7 +265,8 @@ class Chaos:
         if s.backend == "sqlite":
             url = f"sqlite://{self.workdir}/lease.db"
         elif self.pg is None:
-            self.pg, self.own_pg = await asyncio.to_thread(PgServer), True
+            # Its own server, whose clock the clock_step fault can move (libfaketime).
+            self.pg, self.own_pg = await asyncio.to_thread(FakeTimeServer), True
         table = f"chaos_{s.backend}_{os.getpid()}_{int(time.time())}"
         for i in range(s.nodes):
             node_id, proxy = f"node-{i}", None
@@ -218,6 +277,10 @@ class Chaos:
                     f"?application_name=leaderd-{node_id}&table={table}&connect_timeout=2"
                 )
             self.nodes.append(Node(self._daemon(node_id, url), proxy, self.obs, s))
+        await self._launch()
+
+    async def _launch(self) -> None:
+        """Start every node's daemon and observers; wait for a first leader; t0 is then."""
         for node in self.nodes:
             node.daemon.start()
             node.poller.start()
@@ -238,6 +301,9 @@ class Chaos:
             retry_interval=s.retry_interval,
             env={"LEADERD_UNSAFE_NO_FENCE": "1"} if s.unsafe else None,
             extra_args=("--log-level", "info"),  # debug logs every SQL statement
+            command=[sys.executable, "-m", "tests.chaos.command", self.beats]
+            if s.supervise
+            else (),
         )
         if s.unsafe:
             daemon.args[daemon.args.index("leaderd")] = "tests.chaos.unsafe_daemon"
@@ -309,9 +375,11 @@ class Chaos:
                 return node
         return None
 
-    def _target(self) -> tuple[Node, str] | None:
+    def _target(self, leader_only: bool = False) -> tuple[Node, str] | None:
         ready = [n for n in self.nodes if n.available]
         leader = self._leader()
+        if leader_only:  # only a leader has a keeper
+            return (leader, "leader") if leader in ready else None
         if leader is not None and leader in ready and self.rng.random() < self.s.leader_bias:
             return leader, "leader"
         others = [n for n in ready if n is not leader]
@@ -326,7 +394,7 @@ class Chaos:
         if kind in _NO_TARGET:
             fault.target = _NO_TARGET[kind]
         else:
-            picked = self._target()
+            picked = self._target(leader_only=kind in KEEPER_FAULTS)
             if picked is None:
                 await asyncio.sleep(0.05)
                 return
@@ -370,17 +438,24 @@ class Chaos:
         code = await node.exited(15)
         took = time.monotonic() - fault.injected
         fault.params["exit_code"], fault.params["exit_s"] = code, round(took, 3)
-        if code != 0:
-            what = "still running after 15s" if code is None else f"exited with code {code}"
-            self.violations.add(
-                "sigterm_exit",
-                node=node.id,
-                fault=fault.index,
-                explanation=f"{node.id} {what} after SIGTERM (DESIGN §1.7: exit 0)",
-                log_tail=node.daemon.log()[-3000:],
-            )
-            node.daemon.kill()
+        self._check_exit(node, fault, code, 0, "sigterm_exit", "SIGTERM (DESIGN §1.7: exit 0)")
         await self._restart_later(node, delay)
+
+    def _check_exit(
+        self, node: Node, fault: Fault, code: int | None, expected: int, kind: str, after: str
+    ) -> None:
+        """A daemon's exit after a fault: any other code, or none, is a ``kind`` violation."""
+        if code == expected:
+            return
+        what = "still running after 15s" if code is None else f"exited with code {code}"
+        self.violations.add(
+            kind,
+            node=node.id,
+            fault=fault.index,
+            explanation=f"{node.id} {what} after {after}",
+            log_tail=node.daemon.log()[-3000:],
+        )
+        node.daemon.kill()
 
     async def _restart_later(self, node: Node, delay: float) -> None:
         await asyncio.sleep(delay)
@@ -395,6 +470,43 @@ class Chaos:
         with contextlib.suppress(ProcessLookupError):
             os.kill(node.daemon.pid, signal.SIGCONT)
         node.stopped = False
+        fault.healed = time.monotonic()
+
+    async def _fault_keeper_sigkill(self, fault: Fault) -> None:
+        """SIGKILL the leader's keeper: the command's whole tree (its setsid worker too) must
+        die with it, and the daemon must call it an internal failure (exit 1), releasing only
+        once the tree is gone. Restarted after 0.2-2 s."""
+        node = self._node(fault)
+        keeper = await _keeper_of(node.daemon.pid)
+        fault.params["keeper"] = keeper
+        if keeper is None:
+            return
+        node.down = True
+        os.kill(keeper, signal.SIGKILL)
+        code = await node.exited(15)
+        fault.params["exit_code"] = code
+        after = "its keeper was killed (an internal failure: exit 1)"
+        self._check_exit(node, fault, code, 1, "keeper_sigkill_exit", after)
+        fault.params["restart_after_s"] = delay = round(self.rng.uniform(0.2, 2.0), 3)
+        self._spawn(self._restart_later(node, delay))
+
+    async def _fault_keeper_sigstop(self, fault: Fault) -> None:
+        """SIGSTOP the leader's keeper and make that leader step down (POST /resign): leaderd
+        must end the tree (a setsid worker ignoring SIGTERM) itself before it releases.
+        SIGCONT after a drawn pause, as for sigstop (if the keeper still exists)."""
+        node = self._node(fault)
+        keeper = await _keeper_of(node.daemon.pid)
+        fault.params["keeper"] = keeper
+        if keeper is None:
+            return
+        fault.params["stopped_s"] = pause = round(self._pause(), 3)
+        os.kill(keeper, signal.SIGSTOP)
+        try:
+            fault.params["resign_status"] = await node.poller.post("/resign")
+            await asyncio.sleep(pause)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(keeper, signal.SIGCONT)
         fault.healed = time.monotonic()
 
     async def _fault_db_lock(self, fault: Fault) -> None:
@@ -438,6 +550,27 @@ class Chaos:
                 if await node.exited(15) is None:
                     node.daemon.kill()
                 self._restart(node)
+        fault.healed = time.monotonic()
+
+    async def _fault_pg_crash(self, fault: Fault) -> None:
+        """PostgreSQL dies without a checkpoint (pg_ctl -m immediate) while its default is
+        synchronous_commit=off: commits not yet written are lost, unless leaderd's lease
+        statements commit durably (docs/postgresql.md)."""
+        assert self.pg is not None
+        await asyncio.to_thread(self.pg.stop, "immediate")
+        fault.params["down_s"] = down = round(self.rng.uniform(0.1, 1.0), 3)
+        await asyncio.sleep(down)
+        await asyncio.to_thread(self.pg.start)
+        fault.healed = time.monotonic()
+
+    async def _fault_clock_step(self, fault: Fault) -> None:
+        """The server's clock steps forward (an NTP jump): every lease expires early on
+        the server, and only the one-ttl takeover rule keeps a renewing leader's lease."""
+        if not isinstance(self.pg, FakeTimeServer):
+            return  # a shared server without libfaketime: nothing to step
+        self.clock_offset += CLOCK_STEP
+        fault.params["server_clock_offset_s"] = self.clock_offset
+        await asyncio.to_thread(self.pg.step, self.clock_offset)
         fault.healed = time.monotonic()
 
     async def _fault_pg_restart(self, fault: Fault) -> None:
@@ -516,6 +649,35 @@ class Chaos:
                 watcher_last=None if last is None else last.key(),
                 explanation=f"{node.id}: the watcher did not end on the final /leader answer",
             )
+
+
+async def _keeper_of(daemon: int, timeout: float = 1.0) -> int | None:
+    """The live keeper of a supervising daemon, once there is one: not its startup probe,
+    nor a keeper that just ended (a zombie child of the daemon for a moment)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [pid for pid in children(daemon) if _is_live_keeper(pid)]
+        if found:
+            return found[0]
+        await asyncio.sleep(0.02)
+    return None
+
+
+def _is_live_keeper(pid: int) -> bool:
+    with contextlib.suppress(OSError):
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        return state != "Z" and b"--lifeline" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    return False
+
+
+def processes_naming(text: str) -> list[int]:
+    """Live processes whose command line contains ``text``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError):
+            if entry.isdigit() and text.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                found.append(int(entry))
+    return found
 
 
 async def until(predicate: Callable[[], bool], deadline: float, interval: float = 0.01) -> bool:

@@ -88,6 +88,14 @@ class _Observer:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
 
+    async def post(self, path: str) -> int | None:
+        """A POST (e.g. /resign): its status, None when the daemon does not answer."""
+        try:
+            async with self._session.post(f"http://leaderd{path}") as resp:
+                return resp.status
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return None
+
     async def _run(self) -> None:
         raise NotImplementedError
 

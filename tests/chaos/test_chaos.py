@@ -12,6 +12,7 @@ import asyncio
 import pytest
 
 from tests.chaos.harness import FAULTS, Chaos, Result, Settings
+from tests.etcd.chaos import EtcdChaos
 from tests.pgserver import PgServer
 
 SHORT = 45.0
@@ -36,9 +37,9 @@ def assert_every_kind_injected(result: Result) -> None:
 @pytest.mark.parametrize(
     "backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 )
-def test_lease_backend_survives_chaos(backend: str, request: pytest.FixtureRequest) -> None:
-    pg = request.getfixturevalue("pg") if backend == "postgresql" else None
-    result = run(Settings(backend=backend, duration=SHORT), pg)
+def test_lease_backend_survives_chaos(backend: str) -> None:
+    # PostgreSQL: the harness starts its own server, whose clock clock_step moves.
+    result = run(Settings(backend=backend, duration=SHORT))
     assert_every_kind_injected(result)
     assert result.violations.total == 0, summary(result)
 
@@ -46,12 +47,21 @@ def test_lease_backend_survives_chaos(backend: str, request: pytest.FixtureReque
 @pytest.mark.chaos
 @pytest.mark.slow
 @pytest.mark.postgres
-def test_advisory_survives_chaos(pg: PgServer) -> None:
+def test_advisory_survives_chaos() -> None:
     # takeover=wait (the default) closed the two-leader window after a lost connection
     # that this harness found (docs/chaos.md, "Findings").
     # docs/chaos.md finding 3: rarely a stopped fresh leader's session outlives the ttl
     # by up to ~0.5 s more; liveness gets that much more room here, safety none.
-    result = run(Settings(backend="advisory", duration=SHORT, slack=2.5), pg)
+    result = run(Settings(backend="advisory", duration=SHORT, slack=2.5))
+    assert_every_kind_injected(result)
+    assert result.violations.total == 0, summary(result)
+
+
+@pytest.mark.chaos
+@pytest.mark.slow
+def test_etcd_survives_chaos() -> None:
+    # Three daemons on a 3-member etcd cluster of its own; member faults as well (tests/etcd).
+    result = asyncio.run(EtcdChaos(Settings(backend="etcd", nodes=3, duration=SHORT)).run())
     assert_every_kind_injected(result)
     assert result.violations.total == 0, summary(result)
 
@@ -69,3 +79,17 @@ def test_checker_catches_an_engine_that_does_not_self_fence() -> None:
     stale = next(v for v in result.violations.listed if v["kind"] == "stale_leader")
     assert stale["stale"]["term"] < stale["seen_before"]["term"]
     assert stale["stale"]["node"] != stale["seen_before"]["node"]
+
+
+@pytest.mark.chaos
+@pytest.mark.slow
+def test_supervised_commands_survive_chaos() -> None:
+    """Every daemon runs `run -- tests/chaos/command.py` (a command with a setsid worker): the
+    leader's keeper is SIGKILLed, or frozen while its daemon resigns, among daemon kills and
+    freezes. Never two commands at once, none left after the run."""
+    kinds = ("keeper_sigkill", "keeper_sigstop", "sigkill", "sigstop", "sigterm")
+    result = run(Settings(backend="sqlite", duration=30, supervise=True, faults=kinds))
+    injected = result.injected()
+    assert all(injected.get(kind) for kind in kinds), injected
+    assert result.extra["commands_started"] >= len(kinds), result.extra
+    assert result.violations.total == 0, summary(result)

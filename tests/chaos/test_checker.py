@@ -2,7 +2,25 @@
 
 from __future__ import annotations
 
-from tests.chaos.check import Claim, Fault, check_liveness, check_safety, failover_stats
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.chaos.check import (
+    Claim,
+    Fault,
+    Span,
+    check_commands,
+    check_liveness,
+    check_safety,
+    failover_stats,
+    spans,
+)
+from tests.chaos.harness import processes_naming
 
 
 def kinds(claims: list[Claim]) -> dict[str, int]:
@@ -68,3 +86,69 @@ def test_no_leader_within_the_bound_is_a_liveness_violation() -> None:
     assert check_liveness([fault(10.0)], [], bound=3.0, end=20.0).counts == {"liveness": 1}
     # The run ended before the bound passed: nothing can be said.
     assert check_liveness([fault(10.0)], [], bound=3.0, end=12.0).counts == {}
+
+
+def span(instance: str, node: str, term: int, first: float, last: float) -> Span:
+    return Span(instance, node, term, first, last)
+
+
+def test_commands_one_after_another_are_fine() -> None:
+    found = [span("1", "a", 1, 0.0, 1.0), span("2", "b", 2, 1.2, 3.0), span("3", "a", 3, 3.5, 4)]
+    assert check_commands(found).counts == {}
+
+
+def test_a_command_starting_before_another_s_last_beat_is_two_at_once() -> None:
+    found = [span("1", "a", 1, 0.0, 1.0), span("2", "b", 2, 0.9, 3.0)]
+    violations = check_commands(found)
+    assert violations.counts == {"two_commands": 1}
+    assert violations.listed[0]["first"]["node"] == "a"
+
+
+def test_a_long_lived_leftover_overlaps_every_later_command() -> None:
+    # a's worker beat until 10 s: b's and c's commands both ran beside it.
+    found = [span("1", "a", 1, 0.0, 10.0), span("2", "b", 2, 2.0, 3.0), span("3", "c", 3, 4, 5)]
+    assert check_commands(found).counts == {"two_commands": 2}
+
+
+def test_beats_are_grouped_by_instance_and_a_cut_line_is_skipped() -> None:
+    text = "beat a 1 x 0.5\nbeat a 1 x 1.5\nbeat b 2 y 1.0\nbeat a 1 x 2.0\nbeat b 2"
+    found = spans(text)
+    assert [(s.instance, s.first, s.last) for s in found] == [("x", 0.5, 2.0), ("y", 1.0, 1.0)]
+    assert check_commands(found).counts == {"two_commands": 1}
+
+
+def test_real_commands_alive_at_once_are_caught(tmp_path: Path) -> None:
+    """The heartbeats of tests/chaos/command.py itself: one pair at once, one after another."""
+    beats = str(tmp_path / "beats")
+
+    def command(node: str, term: int) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "LEADERD_NODE_ID": node, "LEADERD_TERM": str(term),
+               "PYTHONPATH": str(Path(__file__).parents[2])}  # fmt: skip
+        return subprocess.Popen([sys.executable, "-m", "tests.chaos.command", beats], env=env)
+
+    def kill_all() -> None:  # the commands and their workers, which left their sessions
+        for pid in processes_naming(beats):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    try:
+        first = command("a", 1)
+        time.sleep(0.5)
+        command("b", 2)  # while a's still runs
+        time.sleep(0.5)
+        kill_all()
+        time.sleep(0.2)
+        assert check_commands(spans(Path(beats).read_text())).counts == {"two_commands": 1}
+        first.wait()
+        Path(beats).unlink()
+        command("c", 3)
+        time.sleep(0.5)
+        kill_all()
+        time.sleep(0.2)
+        command("d", 4)
+        time.sleep(0.5)
+    finally:
+        kill_all()
+    found = spans(Path(beats).read_text())
+    assert [s.node for s in found] == ["c", "d"]
+    assert check_commands(found).counts == {}

@@ -28,5 +28,11 @@ mount -t tmpfs tmpfs "$r/run"
 mount -t tmpfs tmpfs "$r/tmp"
 cp -a "$base/stage/." "$r/"
 chroot "$r" /bin/systemd-sysusers >/dev/null
-exec chroot "$r" /usr/bin/env -i container=leaderd-test PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+# pivot_root, not chroot: the kernel refuses a chrooted process new user namespaces, which
+# a real host's services (and leaderd@.service's PID namespace for its job) may create.
+mkdir "$r/.host"
+cd "$r"
+pivot_root . .host
+umount -l /.host
+exec /usr/bin/env -i container=leaderd-test PATH=/usr/sbin:/usr/bin:/sbin:/bin \
   /lib/systemd/systemd --log-target=console --log-level=notice

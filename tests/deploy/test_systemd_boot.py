@@ -222,6 +222,25 @@ def test_proc_subset_pid_would_hide_the_sqlite_boot_id(machine: Machine) -> None
     assert "/proc/sys/kernel/random/boot_id" in done.stderr, done.stderr
 
 
+def test_template_contains_the_job_in_a_pid_namespace(machine: Machine) -> None:
+    """Under the unit's hardening (User=leaderd, NoNewPrivileges, RestrictNamespaces=user
+    pid) the job runs in a PID namespace of its own, made through a user namespace."""
+    machine.run("systemctl", "start", "leaderd@job")
+    try:
+        machine.wait_for("the job", lambda: machine.run("pgrep", "-x", "sleep", check=False).stdout)
+        (job,) = machine.run("pgrep", "-x", "sleep").stdout.split()
+        daemon = machine.show("leaderd@job", "MainPID")
+        journal = machine.run("journalctl", "-u", "leaderd@job", "--no-pager", "-o", "cat").stdout
+        assert "COMMAND runs in a PID namespace of its own" in journal, journal
+        namespaces = [
+            machine.run("readlink", f"/proc/{pid}/ns/pid").stdout for pid in (job, daemon)
+        ]
+        assert namespaces[0] != namespaces[1], namespaces
+    finally:
+        machine.run("systemctl", "stop", "leaderd@job")
+    assert not machine.run("pgrep", "-x", "sleep", check=False).stdout
+
+
 def test_stop_releases_and_socket_activation_restarts(machine: Machine) -> None:
     machine.run("systemctl", "stop", "leaderd")
     assert machine.show("leaderd", "Result") == "success"

@@ -63,6 +63,38 @@ def parent_of(pid: int) -> int:
         return int(f.read().rpartition(")")[2].split()[1])
 
 
+def children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(p) for p in f.read().split()]
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return found
+
+
+def keeper_of(daemon: int) -> int:
+    """The keeper: the one child a daemon running a command has."""
+    (keeper,) = children(daemon)
+    return keeper
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and every descendant of it."""
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo += children(found[-1])
+    return found
+
+
+def workers(workdir: str, job: int | None = None) -> list[int]:
+    """The pids of the workers (job.py --setsid-worker/--fork-worker), of one job or all."""
+    found = [e for e in events(workdir) if e.what.startswith("worker-")]
+    return [e.pid for e in found if job is None or e.what.endswith(f"-{job}")]
+
+
 def check_one_job_at_a_time(workdir: str) -> list[Event]:
     """The invariants of every test: no overlap (flock), terms never go back, and each job's
     last sign of life comes before the next job starts. Returns the start events."""
@@ -72,7 +104,8 @@ def check_one_job_at_a_time(workdir: str) -> list[Event]:
     for before, after in itertools.pairwise(starts):
         # A restart under the same lease keeps its term; a new holder always has a higher one.
         assert after.term > before.term or (after.term, after.node) == (before.term, before.node)
-        last = max(e.at for e in everything if e.pid == before.pid)
+        tree = {before.pid, *workers(workdir, before.pid)}
+        last = max(e.at for e in everything if e.pid in tree)
         assert last < after.at, f"job {before.pid} still wrote after job {after.pid} started"
     return starts
 

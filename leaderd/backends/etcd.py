@@ -1,0 +1,399 @@
+"""etcd:// and etcd+https:// — one key per election under an etcd lease (docs/etcd.md).
+
+``<prefix><election>/leader`` holds the holder as JSON under the holder's lease;
+``<prefix><election>/term`` holds the last term granted: no lease, never deleted.
+
+* Acquire is ONE transaction: if the leader key is absent and the term key is as last read,
+  put both (the leader key under a lease of ``ttl`` seconds, the term + 1).
+* Renew keeps that lease alive and reads the key at the same time: it counts only if the key
+  still exists under that lease with the create revision this holder's acquisition made.
+* Release deletes the key only if its create revision is the holder's own: a stale holder
+  can never delete its successor's key.
+* An expired key is gone, so etcd reports the election free and a standby acquires at once.
+  The lessor runs on the etcd leader's monotonic clock, which no wall-clock step moves, and a
+  present key is never taken over: ``takeover`` is not needed (docs/algorithm.md, docs/etcd.md).
+* Standbys wake on an etcd watch of the prefix (etcd_watch.py) and keep a lease granted in
+  advance (a spare): a graceful handover is one watch event and one transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import itertools
+import logging
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
+
+from .base import Backend, BackendError, BackendUnavailable, Candidate, Lease
+from .etcd_gateway import EtcdClient, EtcdError, EtcdSettings, b64, prefix_end, unb64
+from .etcd_watch import PrefixWatch
+
+log = logging.getLogger(__name__)
+
+_DEFAULT_TIMEOUT = 5.0  # observe and release have no timeout argument
+_LEASE_NOT_FOUND = 5  # gRPC NOT_FOUND: "etcdserver: requested lease not found"
+_SLOW = 0.9  # the slowest rate a clock may run at against another's (clock_drift < 0.1)
+# A spare with < _FRESH ttl left is kept alive with the transaction; < _TEND, by a round.
+_FRESH, _TEND = 0.75, 0.8
+
+
+@dataclass(frozen=True)
+class _Holder:
+    """The leader key: its JSON value, and what etcd says of it."""
+
+    node_id: str
+    address: str
+    instance: str
+    term: int
+    acquired_at: str  # ISO 8601, the acquiring host's wall clock: for display only
+    lease: int  # the etcd lease the key is attached to
+    created: int  # the key's create revision: names this holder's tenure
+
+
+@dataclass(frozen=True)
+class _State:
+    """One election as etcd showed it at ``revision``."""
+
+    revision: int
+    holder: _Holder | None
+    term: int
+    term_modified: int  # the term key's mod revision, 0 while it does not exist
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """One acquire_or_renew: who asks, for how long, and until when it may take."""
+
+    election: str
+    me: Candidate
+    ttl: float
+    min_term: int
+    give_up: float  # time.monotonic()
+
+    def left(self) -> float:
+        return self.give_up - time.monotonic()
+
+
+@dataclass(frozen=True)
+class _Spare:
+    """A granted lease with no key, for the next acquisition."""
+
+    id: int
+    ttl: int  # its ttl in etcd: whole seconds, at least etcd's minimum
+    kept_at: float  # time.monotonic() when its grant or last keepalive was SENT
+
+    def left(self) -> float:
+        """Seconds it surely has left: its age counts as age / 0.9, so that whatever the
+        clocks' rates (drift < 10%), it never outlasts what etcd's lessor gives it."""
+        return self.ttl - (time.monotonic() - self.kept_at) / _SLOW
+
+    def fresh(self, ttl: float) -> bool:
+        """3/4 of a ttl left: the new leader's first deadline comes well after its first renewal."""
+        return self.left() >= _FRESH * ttl
+
+
+class EtcdBackend(Backend):
+    kind = "etcd"
+
+    def __init__(self, settings: EtcdSettings) -> None:
+        self._settings = settings
+        self._etcd = EtcdClient(settings)
+        self._prefix = settings.prefix
+        self._states: dict[str, _State] = {}
+        self._answered: dict[str, int] = {}  # revision of the last answer, by election
+        self._answers = itertools.count(1)
+        self._spares: dict[str, _Spare] = {}  # never revoked: an unused lease ends by itself
+        self._watch = PrefixWatch(self._etcd, self._prefix, self._on_event)
+
+    @classmethod
+    def from_url(cls, url: str) -> EtcdBackend:
+        return cls(EtcdSettings.from_url(url))
+
+    @property
+    def description(self) -> str:
+        return self._settings.description
+
+    @property
+    def watching(self) -> bool:
+        """True while the watch stream is up (else standbys poll)."""
+        return self._watch.watching
+
+    async def open(self, elections: Sequence[str]) -> None:
+        """Check that etcd answers (TLS, credentials); start the watch either way."""
+        self._watch.start()
+        body = {"key": b64(self._prefix), "range_end": prefix_end(self._prefix), "count_only": True}
+        await self._call("/v3/kv/range", body, _DEFAULT_TIMEOUT, "reading the elections")
+
+    async def observe(self, election: str) -> Lease:
+        state = await self._read(election, _DEFAULT_TIMEOUT)
+        if state.holder is None:
+            return self._answer(election, state, None)
+        body = {"ID": state.holder.lease}
+        lease = await self._call("/v3/kv/lease/timetolive", body, _DEFAULT_TIMEOUT, "reading it")
+        return self._answer(election, state, max(0.0, float(lease.get("TTL", -1))))  # -1: gone
+
+    async def acquire_or_renew(
+        self,
+        election: str,
+        candidate: Candidate,
+        ttl: float,
+        timeout: float,
+        wait: float = 0.0,
+        *,
+        takeover: str = "",
+        min_term: int = 0,
+    ) -> Lease:
+        ask = _Ask(election, candidate, ttl, min_term, time.monotonic() + timeout)
+        state, fresh = self._states.get(election), False
+        for _ in range(3):
+            # Another holder (or nothing known) is always read again; a key a watch event said
+            # was freed, or our own, go straight to their transaction or keepalive.
+            if state is None or not (fresh or state.holder is None or _mine(state, candidate)):
+                state = await self._look(ask)
+            if state.holder is None:
+                state, lease = await self._acquire(ask, state)
+            elif _mine(state, candidate):
+                state, lease = await self._renew(ask, state)
+            else:
+                return self._answer(election, state, None)
+            if lease is not None:
+                return lease
+            fresh = True  # each path ends with what etcd has just said
+        raise BackendUnavailable(f"acquiring election {election}: lost three races")
+
+    async def release(self, election: str, candidate: Candidate, term: int) -> None:
+        state = self._states.get(election)
+        if state is None or not _mine(state, candidate):
+            state = await self._read(election, _DEFAULT_TIMEOUT)
+        holder = state.holder
+        if holder is None or not _mine(state, candidate) or holder.term != term:
+            return
+        key = b64(self._key(election))
+        body = {"compare": [_compare(key, "CREATE", holder.created)],
+                "success": [{"request_delete_range": {"key": key}}]}  # fmt: skip
+        answer = await self._call("/v3/kv/txn", body, _DEFAULT_TIMEOUT, "releasing the lease")
+        if answer.get("succeeded"):
+            self._remember(election, replace(state, revision=_revision(answer), holder=None))
+            # The lease outlives its key: it is the spare of this node's next acquisition.
+            self._spares[election] = _Spare(holder.lease, 1, -math.inf)  # ttl: a keepalive says
+
+    async def wait_for_change(self, election: str, timeout: float) -> None:
+        await self._watch.wait(election, self._answered.get(election, 0), timeout)
+        # Told once: a wake-up that no successful request follows (etcd down) is not news again.
+        self._answered[election] = max(self._answered.get(election, 0), self._watch.heard(election))
+
+    async def close(self) -> None:
+        # Spares are left to expire: a revoke now would compete with a successor's transaction.
+        await self._watch.stop()
+        self._spares.clear()
+        await self._etcd.close()
+
+    # ---- acquire, renew, and the spare lease ---------------------------------------------
+
+    async def _acquire(self, ask: _Ask, state: _State) -> tuple[_State, Lease | None]:
+        """The transaction: take the free key and the next term, or learn who has them."""
+        me, spare = ask.me, self._spares.pop(ask.election, None)
+        if spare is None or not spare.ttl:  # none, or it had expired
+            spare = await self._grant(ask)
+        term = max(state.term + 1, ask.min_term)
+        now = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+        value = {"node_id": me.node_id, "address": me.address, "instance": me.instance,
+                 "term": term, "acquired_at": now}  # fmt: skip
+        key, term_key = b64(self._key(ask.election)), b64(self._term_key(ask.election))
+        body = {
+            "compare": [_compare(key, "CREATE", 0), _compare(term_key, "MOD", state.term_modified)],
+            "success": [
+                {"request_put": {"key": key, "value": b64(orjson.dumps(value)), "lease": spare.id}},
+                {"request_put": {"key": term_key, "value": b64(str(term))}},
+            ],
+            "failure": [{"request_range": {"key": key}}, {"request_range": {"key": term_key}}],
+        }
+        # A spare that is not fresh is kept alive with the transaction: its ttl then counts
+        # from after the engine's t_send (0: it had expired). A fresh one counts what it has.
+        sent_at, refresh = time.monotonic(), not spare.fresh(ask.ttl)
+        try:
+            answer, kept = await asyncio.gather(
+                self._call("/v3/kv/txn", body, ask.left(), "acquiring the lease"),
+                self._keepalive(spare.id, ask) if refresh else _nothing(),
+            )
+        except EtcdError as exc:
+            if exc.code != _LEASE_NOT_FOUND:
+                raise
+            return state, None  # the spare had expired: a new one next time round
+        spare = replace(spare, ttl=kept, kept_at=sent_at) if refresh else spare
+        if not answer.get("succeeded"):
+            if spare.ttl:
+                self._spares[ask.election] = spare
+            return self._remember(ask.election, self._parse(answer)), None
+        revision = _revision(answer)
+        holder = _Holder(me.node_id, me.address, me.instance, term, now, spare.id, revision)
+        state = self._remember(ask.election, _State(revision, holder, term, revision))
+        return state, self._answer(ask.election, state, max(0.0, spare.left()))
+
+    async def _renew(self, ask: _Ask, state: _State) -> tuple[_State, Lease | None]:
+        """Keep our key's lease alive, and check that the key is still ours under it."""
+        assert state.holder is not None
+        ours, sent_at = state.holder, time.monotonic()
+        kept, state = await asyncio.gather(
+            self._keepalive(ours.lease, ask), self._read(ask.election, ask.left())
+        )
+        holder = state.holder
+        if holder is None or holder.created != ours.created:
+            if kept:  # the key went (deleted by hand) but the lease lives: a spare
+                self._spares[ask.election] = _Spare(ours.lease, kept, sent_at)
+            return state, None
+        # A lease the lessor found expired is lost even while its key still shows.
+        return state, self._answer(ask.election, state, float(kept))
+
+    async def _look(self, ask: _Ask) -> _State:
+        """A follower's round: read the election, and tend the spare meanwhile."""
+        state, _ = await asyncio.gather(self._read(ask.election, ask.left()), self._tend(ask))
+        return state
+
+    async def _tend(self, ask: _Ask) -> None:
+        """Have a live spare: grant one, or keep it alive before it stops being fresh."""
+        spare = self._spares.get(ask.election)
+        try:
+            if spare is None or not spare.ttl:  # none, or it had expired
+                self._spares[ask.election] = await self._grant(ask)
+            elif spare.left() < _TEND * ask.ttl:
+                sent_at = time.monotonic()
+                kept = await self._keepalive(spare.id, ask)
+                if self._spares.get(ask.election) is spare:
+                    self._spares[ask.election] = replace(spare, ttl=kept, kept_at=sent_at)
+        except BackendError:
+            return  # the round's own request says what is wrong
+
+    async def _grant(self, ask: _Ask) -> _Spare:
+        sent_at, body = time.monotonic(), {"TTL": max(1, math.ceil(ask.ttl))}
+        answer = await self._call("/v3/lease/grant", body, ask.left(), "granting a lease")
+        lease, ttl = _int(answer.get("ID")), _int(answer.get("TTL"))
+        if not lease or not ttl:
+            raise BackendUnavailable(f"granting a lease: etcd answered {answer!r}")
+        return _Spare(lease, ttl, sent_at)
+
+    async def _keepalive(self, lease: int, ask: _Ask) -> int:
+        """The lease's ttl from now on; 0 if it has expired."""
+        body = {"ID": lease}
+        answer = await self._call("/v3/lease/keepalive", body, ask.left(), "renewing the lease")
+        return _int(answer.get("result", {}).get("TTL"))
+
+    # ---- reading, remembering and answering ----------------------------------------------
+
+    async def _read(self, election: str, timeout: float) -> _State:
+        """Both keys of an election, in one read-only transaction (one revision)."""
+        keys = (self._key(election), self._term_key(election))
+        ranges = [{"request_range": {"key": b64(key)}} for key in keys]
+        answer = await self._call("/v3/kv/txn", {"success": ranges}, timeout, "reading the lease")
+        return self._remember(election, self._parse(answer))
+
+    def _parse(self, answer: Any) -> _State:
+        """The leader and term keys' ranges of a transaction (missing ones read as absent)."""
+        kvs: list[dict[str, Any]] = [
+            (r.get("response_range", {}).get("kvs") or [{}])[0] for r in answer.get("responses", [])
+        ]
+        leader, term = [*kvs, {}, {}][:2]
+        holder = _holder(leader) if leader else None
+        stored = _int(unb64(term.get("value", "")).decode(errors="replace"))
+        held = holder.term if holder else 0
+        return _State(_revision(answer), holder, max(stored, held), _int(term.get("mod_revision")))
+
+    def _remember(self, election: str, state: _State) -> _State:
+        known = self._states.get(election)
+        if known is None or state.revision >= known.revision:
+            self._states[election] = state
+        return state
+
+    def _answer(self, election: str, state: _State, expires_in: float | None) -> Lease:
+        self._answered[election] = max(self._answered.get(election, 0), state.revision)
+        holder = state.holder
+        if holder is None:
+            return Lease(election, None, "", state.term, None, None)
+        # Every answer that finds the key is a new version: proof that etcd keeps the lease alive
+        # (its lessor deletes the key otherwise), so the engine never waits to take it over.
+        version = f"{holder.created}.{next(self._answers)}"
+        return Lease(election, holder.node_id, holder.address, holder.term,
+                     _when(holder.acquired_at), expires_in, instance=holder.instance,
+                     version=version)  # fmt: skip
+
+    def _on_event(self, key: str, kv: dict[str, Any] | None, revision: int) -> str | None:
+        """A watch event (kv None: deleted): update what we know; the election it concerns."""
+        election, _, what = key[len(self._prefix) :].partition("/")
+        if what not in ("leader", "term"):
+            return None
+        known = self._states.get(election)
+        if known is None or revision < known.revision:
+            return election
+        if what == "leader":
+            holder = None if kv is None else _holder(kv)
+            self._states[election] = replace(known, revision=revision, holder=holder)
+        elif kv is not None:
+            term = _int(unb64(kv.get("value", "")).decode(errors="replace"))
+            self._states[election] = replace(
+                known, revision=revision, term=term, term_modified=revision
+            )
+        return election
+
+    async def _call(self, path: str, body: dict[str, Any], timeout: float, doing: str) -> Any:
+        if timeout <= 0:
+            raise BackendUnavailable(f"{doing}: no time left")
+        return await self._etcd.call(path, body, timeout, doing)
+
+    def _key(self, election: str) -> str:
+        return f"{self._prefix}{election}/leader"
+
+    def _term_key(self, election: str) -> str:
+        return f"{self._prefix}{election}/term"
+
+
+def _compare(key: str, target: str, revision: int) -> dict[str, Any]:
+    field = "create_revision" if target == "CREATE" else "mod_revision"
+    return {"key": key, "target": target, "result": "EQUAL", field: revision}
+
+
+async def _nothing() -> int:
+    return 0  # no keepalive was needed
+
+
+def _holder(kv: dict[str, Any]) -> _Holder:
+    try:
+        value = orjson.loads(unb64(kv.get("value", "")))
+        node_id, term = str(value["node_id"]), int(value["term"])
+        address, instance = str(value.get("address", "")), str(value.get("instance", ""))
+        acquired_at = str(value.get("acquired_at", ""))
+    except (ValueError, KeyError, TypeError):
+        key = unb64(kv.get("key", "")).decode(errors="replace")
+        log.warning("etcd key %s does not hold a leaderd lease", key)
+        node_id, term, address, instance, acquired_at = "<not leaderd>", 0, "", "", ""
+    return _Holder(node_id, address, instance, term, acquired_at, _int(kv.get("lease")),
+                   _int(kv.get("create_revision")))  # fmt: skip
+
+
+def _mine(state: _State, me: Candidate) -> bool:
+    holder = state.holder
+    return holder is not None and (holder.node_id, holder.instance) == (me.node_id, me.instance)
+
+
+def _when(text: str) -> dt.datetime | None:
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def _revision(answer: Any) -> int:
+    return _int(answer.get("header", {}).get("revision"))
+
+
+def _int(value: Any) -> int:
+    """etcd's 64-bit integers come as strings; absent (a default) or unreadable is 0."""
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0

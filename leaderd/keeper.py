@@ -1,0 +1,314 @@
+"""The keeper: the one process between leaderd and COMMAND (docs/run.md, "Containment").
+
+leaderd runs it as a fresh ``python -I -S`` (standard library only, nothing taken from the
+command's environment, up in milliseconds). leaderd holds the write end of the *lifeline*
+and the read end of the *report* pipe; the lines defined below are all the two ever say.
+
+The keeper starts COMMAND in the best containment the host allows (leaderd/containment.py),
+stops its whole tree when leaderd says so, by itself at the lease deadline if leaderd is
+frozen (a dead man's switch on CLOCK_BOOTTIME, which counts suspend), and at once if leaderd
+dies (the lifeline reads EOF). It reports the end, and exits, only once the tree is gone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import resource
+import select
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from .containment import (
+    PR_SET_CHILD_SUBREAPER,
+    PR_SET_PDEATHSIG,
+    Pidns,
+    Session,
+    Timer,
+    boottime,
+    children,
+    choose,
+    prctl,
+    why_not,
+)
+
+# ---- the line protocol: one "WORD ARGS..." line per message ----
+
+# leaderd -> keeper, on the lifeline. Its EOF means that leaderd is gone.
+DEADLINE = "deadline"  # deadline T: the lease's self-fence deadline, CLOCK_BOOTTIME seconds
+STOP = "stop"  # SIGTERM the whole tree now, SIGKILL at min(now + grace, deadline)
+SIGNAL = "signal"  # signal N: pass signal N on to COMMAND itself
+# keeper -> leaderd, on the report pipe.
+SKIPPED = "skipped"  # skipped MODE WHY: a better containment that is not available here
+CONTAINED = "contained"  # contained MODE HANDLE: pidns INIT_PID | cgroup PATH | session PGID
+PID = "pid"  # pid N: COMMAND runs, as host pid N
+ERROR = "error"  # error WHY: COMMAND could not be started
+EXIT = "exit"  # exit CODE WHY: the whole tree is gone; CODE as in subprocess (-N: signal N)
+# EXIT's WHY: COMMAND exited by itself; leaderd said stop; the deadline came and leaderd had
+# said nothing; leaderd died; the containment died under the keeper (an internal failure).
+EXITED, STOPPED, DEADLINE_PASSED, ORPHANED, LOST = "exited", "stop", "deadline", "orphaned", "lost"
+
+
+def encode(word: str, *args: object) -> bytes:
+    return " ".join([word, *map(str, args)]).encode() + b"\n"
+
+
+class Lines:
+    """Messages out of the bytes a pipe delivers: (word, rest of the line) pairs."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, data: bytes) -> list[tuple[str, str]]:
+        *lines, self._buffer = (self._buffer + data).split(b"\n")
+        return [_split(line.decode(errors="replace")) for line in lines]
+
+
+def _split(line: str) -> tuple[str, str]:
+    word, _, rest = line.partition(" ")
+    return word, rest
+
+
+# ---- the init of a PID namespace ----
+
+
+def _init(argv: list[str], env: dict[str, str], out: int, keeper_alive: int) -> NoReturn:
+    """PID 1 of COMMAND's namespace: start COMMAND, reap every orphan, pass signals on, tell
+    the keeper COMMAND's pid and exit code. In a namespace, PID 1 ignores signals it has no
+    handler for, so COMMAND can neither kill nor stop it; from outside, SIGKILL can."""
+    try:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if select.select([keeper_alive], [], [], 0)[0]:  # the keeper died before prctl
+            os._exit(1)
+        signal.set_wakeup_fd(-1)
+        command = [0]
+
+        def fan_out(_signum: int, _frame: object) -> None:
+            with contextlib.suppress(OSError):
+                os.kill(-1, signal.SIGTERM)  # every process of the namespace but this one
+
+        def forward(signum: int, _frame: object) -> None:
+            with contextlib.suppress(OSError):
+                if command[0]:
+                    os.kill(command[0], signum)
+
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, _nothing)  # a handler, not SIG_IGN: exec resets it
+        signal.signal(signal.SIGTERM, fan_out)
+        for signum in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(signum, forward)
+        try:
+            proc = subprocess.Popen(argv, env=env, process_group=0)
+            command[0] = proc.pid
+        except (OSError, subprocess.SubprocessError) as exc:
+            os.write(out, encode(ERROR, why_not(exc)))
+            os._exit(127)
+        me = int(os.readlink("/proc/self"))  # /proc is the host's: the host pids
+        os.write(out, encode(PID, next(iter(children(me)), 0)))
+        while True:
+            try:
+                pid, status = os.wait()
+            except ChildProcessError:
+                os._exit(0)
+            if pid == command[0]:
+                command[0] = 0
+                os.write(out, encode(EXIT, os.waitstatus_to_exitcode(status)))
+    finally:
+        os._exit(127)
+
+
+# ---- the keeper ----
+
+
+class Keeper:
+    """One command's life: start it, keep the dead man's switch, stop it, report its end."""
+
+    def __init__(self, args: argparse.Namespace, tree: Session) -> None:
+        self.tree = tree
+        self.life, self.report = args.lifeline, args.report
+        self.deadline, self.grace = args.deadline, args.grace
+        self.status: int | None = None  # COMMAND's exit code, once known
+        self.child_code = 0  # the keeper's child's, once reaped
+        self.why, self.stopping, self.orphaned, self.childless = EXITED, False, False, False
+        self.kill_at = math.inf
+        self.lifeline, self.messages = Lines(), Lines()
+        self.timer = Timer()
+        self.wake, wake_w = os.pipe()
+        for fd in (self.wake, wake_w):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(wake_w)
+        self.private = (self.life, self.report, self.wake, wake_w, self.timer.fd)
+
+    def tell(self, word: str, *args: object) -> None:
+        with contextlib.suppress(OSError):  # leaderd gone: nobody listens, the work goes on
+            os.write(self.report, encode(word, *args))
+
+    def run(self, command: list[str]) -> NoReturn:
+        try:
+            self.tree.start(command, dict(os.environ), self.private)
+        except (OSError, subprocess.SubprocessError) as exc:
+            self.tell(ERROR, why_not(exc))
+            self.tell(EXIT, 127, EXITED)  # nothing was started: nothing is left
+            os._exit(127)
+        self.tell(CONTAINED, self.tree.mode, self.tree.handle())
+        if self.tree.command:
+            self.tell(PID, self.tree.command)
+        while not self.finished():
+            self.turn()
+        code = self.child_code if self.status is None else self.status
+        self.tell(EXIT, code, self.why)
+        os._exit(code if code >= 0 else 128 - code)
+
+    def finished(self) -> bool:
+        self.reap()
+        return self.childless and self.tree.empty()
+
+    def turn(self) -> None:
+        self.take_input(0.0)  # a deadline already sent counts before the switch is judged
+        now = boottime()
+        switch = self.deadline - self.grace + min(0.25, self.grace / 4)  # leaderd acts first
+        if not self.stopping and self.status is not None:
+            self.stop(EXITED, min(now + self.grace, self.deadline))  # what is left of it
+        elif not self.stopping and now >= switch:
+            self.stop(DEADLINE_PASSED, min(now + self.grace, self.deadline))
+        if now >= self.kill_at:
+            self.tree.kill()
+            self.kill_at = now + 0.1  # again, for whatever was forked meanwhile
+        due = self.kill_at if self.stopping else switch
+        self.timer.arm(due)
+        self.take_input(min(1.0, max(0.0, due - now)))
+
+    def take_input(self, timeout: float) -> None:
+        """Wait up to ``timeout`` for leaderd, the init, a signal or the timer; handle it."""
+        fds = [self.wake, self.timer.fd, *([] if self.orphaned else [self.life])]
+        fds += [] if self.tree.messages is None else [self.tree.messages]
+        for fd in select.select(fds, [], [], timeout)[0]:
+            if fd == self.life:
+                self.on_lifeline()
+            elif fd == self.tree.messages:
+                self.on_messages()
+            else:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(fd, 4096)
+
+    def stop(self, why: str, kill_at: float) -> None:
+        self.stopping, self.why, self.kill_at = True, why, kill_at
+        self.tree.terminate()
+
+    def on_lifeline(self) -> None:
+        data = os.read(self.life, 4096)
+        if not data:  # leaderd is gone: nobody supervises this command any more
+            self.orphaned = True
+            if not self.stopping:
+                self.stop(ORPHANED, boottime())
+            self.kill_at = boottime()
+        for word, rest in self.lifeline.feed(data):
+            if word == DEADLINE and not self.stopping:
+                self.deadline = float(rest)
+            elif word == STOP and not self.stopping:
+                self.stop(STOPPED, min(boottime() + self.grace, self.deadline))
+            elif word == SIGNAL:
+                self.tree.forward(int(rest))
+
+    def on_messages(self) -> None:
+        """What the init of a PID namespace says: COMMAND's pid, start error or exit code."""
+        assert self.tree.messages is not None
+        data = os.read(self.tree.messages, 4096)
+        if not data:
+            os.close(self.tree.messages)
+            self.tree.messages = None
+        for word, rest in self.messages.feed(data):
+            if word == EXIT:
+                self.status = int(rest)
+                continue
+            if word == ERROR:
+                self.status = 127  # as a shell says "command not found"
+            self.tell(word, rest)
+
+    def reap(self) -> None:
+        while not self.childless:
+            try:
+                pid, wait_status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                self.childless = True
+                break
+            if pid == 0:
+                break
+            if pid == self.tree.child:
+                self.tree.reaped, self.child_code = True, os.waitstatus_to_exitcode(wait_status)
+                self.on_child_end()
+
+    def on_child_end(self) -> None:
+        if self.tree.messages is not None:  # the init's last words come before its end
+            self.on_messages()
+        if not isinstance(self.tree, Pidns):
+            self.status = self.child_code
+        elif self.status is None and not self.stopping:
+            self.why = LOST  # the init died, and nobody here ended it
+
+
+def _nothing(_signum: int, _frame: object) -> None:
+    """A handler that only wakes the loop (through the wakeup fd)."""
+
+
+def _parse(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="keeper", description="Runs COMMAND for leaderd.")
+    p.add_argument("--lifeline", type=int, default=-1, help="fd: leaderd's lines, EOF at its end")
+    p.add_argument("--report", type=int, default=1, help="fd: the keeper's lines")
+    p.add_argument("--deadline", type=float, default=math.inf, help="CLOCK_BOOTTIME seconds")
+    p.add_argument("--grace", type=float, default=5.0, help="seconds from SIGTERM to SIGKILL")
+    p.add_argument("--nofile", default="", help="SOFT:HARD open-file limit for COMMAND")
+    p.add_argument("--contain", action="append", default=[], help="pidns, cgroup=PATH, session")
+    p.add_argument("--probe", action="store_true", help="only report the containment, then exit")
+    p.add_argument("command", nargs="*")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    for fd in (0, 1, 2):  # else the keeper's first fds would be the command's stdio
+        try:
+            os.fstat(fd)
+        except OSError:
+            os.set_inheritable(os.open(os.devnull, os.O_RDWR), True)  # the lowest free: fd
+    args = _parse(sys.argv[1:] if argv is None else argv)
+    if args.nofile:  # leaderd lifted its own for its watchers: COMMAND gets the original
+        soft, hard = map(int, args.nofile.split(":"))
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphaned descendants become the keeper's children
+    for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _nothing)  # leaderd says when to stop, on the lifeline
+    tree, skipped = choose(args.contain or ["session"], _init)
+    keeper = Keeper(args, tree)
+    for signum in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(signum, lambda signum, _frame: tree.forward(signum))
+    for mode, why in skipped:
+        keeper.tell(SKIPPED, mode, why)
+    if args.probe:
+        _probe(keeper, tree)
+    keeper.run(args.command)
+
+
+def _probe(keeper: Keeper, tree: Session) -> NoReturn:
+    """Report the containment this host allows; a PID namespace must also take a process."""
+    if isinstance(tree, Pidns):
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            keeper.tell(SKIPPED, tree.mode, why_not(exc))
+            keeper.tell(CONTAINED, Session.mode)
+            os._exit(0)
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+    keeper.tell(CONTAINED, tree.mode)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""Three real daemons on the 3-member etcd cluster: real signals to daemons and to members.
+
+Every test checks, while its fault lasts, that no two daemons answer "leader" at once
+(``Referee``), and that afterwards exactly one leads with a term above every earlier one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+from tests.chaos.check import Claim, check_safety
+from tests.daemons import Daemon, leaders, short_tempdir, wait_for
+from tests.etcd.cluster import EtcdCluster, Member
+
+pytestmark = pytest.mark.slow
+
+TTL, RENEW, RETRY = 2.0, 0.5, 0.25
+# etcd's lessor looks for expired leases every 500 ms; then the standby's watch wakes it.
+LESSOR = 0.5
+SLACK = 1.0  # a busy 2-core machine
+
+
+@contextlib.contextmanager
+def running(urls: Sequence[str], ttl: float = TTL) -> Iterator[list[Daemon]]:
+    """Three ready daemons, the i-th on ``urls[i % len(urls)]``; killed after."""
+    workdir = short_tempdir()
+    daemons = [
+        Daemon(f"node-{i}", urls[i % len(urls)], workdir=workdir, ttl=ttl).start() for i in range(3)
+    ]
+    try:
+        for d in daemons:
+            d.wait_ready()
+        yield daemons
+    finally:
+        for d in daemons:
+            d.kill()
+        subprocess.run(["rm", "-rf", workdir], check=False)
+
+
+def prefix() -> str:
+    return f"/leaderd-test/{uuid.uuid4().hex[:10]}/"
+
+
+@pytest.fixture
+def trio(etcd: EtcdCluster) -> Iterator[list[Daemon]]:
+    with running([etcd.url(prefix=prefix())]) as daemons:
+        yield daemons
+
+
+class Referee:
+    """Polls every daemon's /leader in the background and judges the answers with the chaos
+    checker (tests/chaos/check.py): a "leader" answer proves leadership only at some instant
+    of its request, so only what the answers' times prove is a violation."""
+
+    def __init__(self, daemons: Sequence[Daemon]) -> None:
+        self.daemons = daemons
+        self.claims: list[Claim] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def terms(self) -> list[int]:
+        return [c.term for c in self.claims]
+
+    def __enter__(self) -> Referee:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        found = check_safety(self.claims)
+        assert not found.total, f"safety violations: {found.listed[:3]}"
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for d in self.daemons:
+                if d.alive():
+                    sent = time.monotonic()
+                    code, body = d.get("/leader", timeout=2)
+                    if code == 200:
+                        self.claims.append(Claim(d.node_id, body["term"], sent, time.monotonic()))
+            time.sleep(0.01)
+
+
+def the_leader(daemons: Sequence[Daemon], timeout: float = TTL + LESSOR + RETRY + SLACK) -> Daemon:
+    found = wait_for(lambda: leaders(daemons), timeout=timeout, what="a leader")
+    assert len(found) == 1, [d.node_id for d in found]
+    return found[0]
+
+
+def term_of(d: Daemon) -> int:
+    return int(d.get("/leader")[1]["term"])
+
+
+def leader_key(etcd: EtcdCluster, daemon: Daemon) -> dict[str, object]:
+    """The election key as `etcdctl get` shows it (docs/etcd.md)."""
+    url_prefix = daemon.backend.split("prefix=", 1)[1].split("&", 1)[0]
+    out = etcd.etcdctl("get", f"{url_prefix}default/leader", "--print-value-only")
+    value: dict[str, object] = json.loads(out)
+    return value
+
+
+def hand_over(daemons: Sequence[Daemon], signum: int) -> tuple[Daemon, float]:
+    """Signal the leader; the next leader (with the next term) and how long it took."""
+    leader = the_leader(daemons)
+    before = term_of(leader)
+    t0 = time.monotonic()
+    leader.kill() if signum == signal.SIGKILL else leader.signal(signum)
+    new = the_leader([d for d in daemons if d is not leader])
+    took = time.monotonic() - t0
+    print(f"\netcd: {signal.Signals(signum).name} -> {new.node_id} leads in {took * 1000:.0f} ms")
+    assert term_of(new) == before + 1
+    if signum == signal.SIGTERM:
+        assert leader.wait() == 0
+    return new, took
+
+
+def test_one_leader_and_sigterm_hands_over_at_once(etcd: EtcdCluster, trio: list[Daemon]) -> None:
+    leader = the_leader(trio)
+    with Referee(trio):
+        time.sleep(0.5)
+    assert leader_key(etcd, leader)["node_id"] == leader.node_id
+    new, took = hand_over(trio, signal.SIGTERM)
+    assert took < 1.0
+    key = leader_key(etcd, new)
+    assert (key["node_id"], key["term"]) == (new.node_id, term_of(new))
+
+
+def test_sigkill_failover_within_ttl_and_the_lessors_granularity(trio: list[Daemon]) -> None:
+    _, took = hand_over(trio, signal.SIGKILL)
+    assert took <= TTL + LESSOR + SLACK
+
+
+def test_killing_the_raft_leader_member_keeps_one_leader(
+    etcd: EtcdCluster, trio: list[Daemon]
+) -> None:
+    the_leader(trio)
+    raft_leader = etcd.wait_healthy()
+    with Referee(trio) as referee:
+        etcd.kill(raft_leader)
+        time.sleep(TTL)
+        the_leader(trio)
+        etcd.start(raft_leader)
+        time.sleep(0.5)
+    assert len(referee.terms) >= 1
+    the_leader(trio)
+
+
+def test_a_stopped_member_is_failed_over(etcd: EtcdCluster, trio: list[Daemon]) -> None:
+    the_leader(trio)
+    first = etcd.members[0]  # every daemon's preferred endpoint
+    with Referee(trio):
+        etcd.pause(first)
+        try:
+            time.sleep(2 * TTL)
+            the_leader(trio)
+        finally:
+            etcd.resume(first)
+    the_leader(trio)
+
+
+def test_without_quorum_nobody_leads_and_with_it_again_one_does(
+    etcd: EtcdCluster, trio: list[Daemon]
+) -> None:
+    leader = the_leader(trio)
+    before = term_of(leader)
+    down: list[Member] = etcd.members[1:]
+    with Referee(trio) as referee:
+        for member in down:
+            etcd.stop(member)
+        stopped = time.monotonic()
+        wait_for(lambda: not leaders(trio), timeout=TTL + SLACK, what="the leader to step down")
+        print(f"\netcd: no quorum -> leader stepped down after {time.monotonic() - stopped:.2f} s")
+        assert time.monotonic() - stopped <= TTL + SLACK
+        roles = wait_for(
+            lambda: {d.get("/leader")[1]["role"] for d in trio} == {"unknown"},
+            timeout=TTL + SLACK,
+            what="every daemon to say unknown",
+        )
+        assert roles
+        time.sleep(1.0)
+        assert not leaders(trio) and all(d.alive() for d in trio)
+        for member in down:
+            etcd.start(member, wait=False)
+        etcd.wait_healthy()
+        again = the_leader(trio, timeout=3 * TTL + SLACK)
+    assert term_of(again) >= before
+    again.signal(signal.SIGTERM)
+    assert term_of(the_leader([d for d in trio if d is not again])) > max(referee.terms)
+
+
+def test_daemons_on_different_members_agree(etcd: EtcdCluster) -> None:
+    election_prefix = prefix()
+    urls = [etcd.url(prefix=election_prefix, members=[m]) for m in etcd.members]
+    with running(urls) as trio, Referee(trio):
+        _, took = hand_over(trio, signal.SIGTERM)
+        assert took < 1.0
+
+
+def backend_calls(d: Daemon) -> float:
+    """Backend requests so far, from /metrics (the histogram's counts)."""
+    out = subprocess.run(
+        ["curl", "-sS", "--unix-socket", d.socket, "http://localhost/metrics"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in out.stdout.splitlines()
+        if line.startswith("leaderd_backend_request_seconds_count")
+    )
+
+
+def test_a_follower_asks_once_per_retry_interval_past_a_ttl(trio: list[Daemon]) -> None:
+    """A renewal writes nothing in etcd: followers must not read that as a holder that went
+    quiet and poll it ever faster once a ttl has passed."""
+    leader = the_leader(trio)
+    follower = next(d for d in trio if d is not leader)
+    time.sleep(TTL + 0.5)
+    before, t0 = backend_calls(follower), time.monotonic()
+    time.sleep(2.0)
+    rate = (backend_calls(follower) - before) / (time.monotonic() - t0)
+    assert rate <= 1.5 / RETRY, f"{rate:.1f} requests/s"
+    assert leaders(trio) == [leader]

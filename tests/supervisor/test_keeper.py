@@ -1,0 +1,341 @@
+"""The keeper on its own: started exactly as leaderd starts it, driven through its line
+protocol (leaderd/keeper.py), with real commands, real signals and every containment."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import math
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from leaderd.clock import boottime
+from leaderd.keeper import DEADLINE, SIGNAL, STOP, Lines, encode
+from leaderd.probe import keeper_argv
+from tests.daemons import short_tempdir, wait_for
+from tests.supervisor.cluster import CONFINE
+from tests.supervisor.confine import cgroup_root, delegated_cgroup, remove_cgroup
+from tests.supervisor.records import alive, kill_leftovers
+
+# A command that records its host pid and its workers', ignores SIGTERM if told to, and
+# starts a worker that leaves its session (as daemonizing programs do) and ignores SIGTERM.
+PROGRAM = """
+import os, signal, sys, time
+out = sys.argv[1]
+def note(what):
+    with open(out, "a") as f:
+        f.write(f"{what} {os.readlink('/proc/self')}\\n")
+signal.signal(signal.SIGHUP, lambda *_: note("hup"))
+if "ignore-term" in sys.argv:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if "worker" in sys.argv and os.fork() == 0:
+    os.setsid()
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    note("worker")
+    while True:
+        time.sleep(1)
+note("command")
+if "exit" in sys.argv:
+    time.sleep(0.3)
+    sys.exit(7)
+while True:
+    time.sleep(1)
+"""
+
+
+class Keeper:
+    """A keeper, with this test as its leaderd."""
+
+    def __init__(self, workdir: str, *options: str, contain: str, deadline: float = math.inf,
+                 grace: float = 1.0, wrap: tuple[str, ...] = (),
+                 command: tuple[str, ...] = (), user: str = "") -> None:  # fmt: skip
+        self.out = Path(workdir, "out")
+        life_r, self.life = os.pipe()
+        self.report, report_w = os.pipe()
+        python = _python_for(user) if user else sys.executable
+        command = command or (python, "-c", PROGRAM, str(self.out), *options)
+        args = keeper_argv(
+            f"--lifeline={life_r}", f"--report={report_w}", f"--deadline={deadline!r}",
+            f"--grace={grace}", f"--contain={contain}", "--", *command,
+        )  # fmt: skip
+        if user:  # the keeper and its command as this user, on an interpreter it may run
+            args[0] = python
+            wrap = ("setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups")
+        self.proc = subprocess.Popen(
+            [*wrap, *args], pass_fds=(life_r, report_w), start_new_session=True
+        )
+        os.close(life_r)
+        os.close(report_w)
+        self.lines = Lines()
+        self.seen: list[tuple[str, str]] = []
+
+    def say(self, word: str, *args: object) -> None:
+        os.write(self.life, encode(word, *args))
+
+    def wait_for(self, word: str, timeout: float = 10.0) -> str:
+        """The rest of the first line ``word`` the keeper reported."""
+        give_up = time.monotonic() + timeout
+        while not any(w == word for w, _ in self.seen):
+            left = give_up - time.monotonic()
+            assert left > 0 and select.select([self.report], [], [], left)[0], (word, self.seen)
+            data = os.read(self.report, 4096)
+            assert data, f"the keeper ended without {word}: {self.seen}"
+            self.seen += self.lines.feed(data)
+        return next(rest for w, rest in self.seen if w == word)
+
+    def pids(self, what: str) -> list[int]:
+        text = self.out.read_text() if self.out.exists() else ""
+        return [int(line.split()[1]) for line in text.splitlines() if line.startswith(what)]
+
+    def running(self, worker: bool = True) -> tuple[int, list[int]]:
+        """(the command's host pid, its workers' host pids) once they all run."""
+        pid = int(self.wait_for("pid"))
+        want = 1 if worker else 0
+        wait_for(lambda: self.pids("command") and len(self.pids("worker")) == want, 10)
+        assert self.pids("command") == [pid], "the keeper reports the host pid"
+        return pid, self.pids("worker")
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.life)
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+        os.close(self.report)
+
+
+MODES = ["session", "pidns", "cgroup"]
+NO_NAMESPACES = (sys.executable, CONFINE, "--deny-unshare", "--")
+SUSPENDED = 100_000.0  # seconds a host slept: CLOCK_BOOTTIME counted them, monotonic did not
+
+
+@pytest.fixture
+def workdir() -> Iterator[str]:
+    path = short_tempdir("ld-kp-")
+    yield path
+    kill_leftovers(path)
+
+
+@pytest.fixture(params=MODES)
+def contain(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A --contain spec, once per containment."""
+    if request.param != "cgroup":
+        yield request.param
+        return
+    if os.geteuid() != 0 or cgroup_root() is None:
+        pytest.skip("a test cgroup needs root and a writable cgroup v2 hierarchy")
+    group = delegated_cgroup()
+    os.mkdir(f"{group}/command")
+    try:
+        yield f"cgroup={group}/command"
+    finally:
+        remove_cgroup(group)
+
+
+@pytest.fixture
+def keepers(workdir: str) -> Iterator[list[Keeper]]:
+    started: list[Keeper] = []
+    yield started
+    for keeper in started:
+        keeper.close()
+
+
+def start(keepers: list[Keeper], workdir: str, *options: str, **kwargs: object) -> Keeper:
+    keeper = Keeper(workdir, *options, **kwargs)  # type: ignore[arg-type]
+    keepers.append(keeper)
+    return keeper
+
+
+def test_stop_ends_the_whole_tree_then_reports(keepers: list[Keeper], workdir: str,
+                                               contain: str) -> None:  # fmt: skip
+    k = start(keepers, workdir, "worker", contain=contain)
+    mode = contain.partition("=")[0]
+    assert k.wait_for("contained").split()[0] == mode
+    command, (worker,) = k.running()
+    k.say(STOP)
+    # The command dies of SIGTERM; the worker ignores it and gets SIGKILL after the grace.
+    assert k.wait_for("exit") == "-15 stop"
+    assert not alive(command) and not alive(worker), "reported before the tree was gone"
+    assert k.proc.wait(5) == 128 + signal.SIGTERM
+
+
+def test_a_command_ignoring_sigterm_is_killed_after_the_grace(keepers: list[Keeper],
+                                                              workdir: str) -> None:  # fmt: skip
+    k = start(keepers, workdir, "ignore-term", contain="pidns", grace=0.5)
+    k.running(worker=False)
+    asked = time.monotonic()
+    k.say(STOP)
+    assert k.wait_for("exit") == "-9 stop"
+    took = time.monotonic() - asked
+    assert 0.5 <= took < 2.0, took
+
+
+def test_exit_code_passes_through_and_leftovers_are_ended(keepers: list[Keeper], workdir: str,
+                                                          contain: str) -> None:  # fmt: skip
+    k = start(keepers, workdir, "worker", "exit", contain=contain, grace=0.5)
+    _, (worker,) = k.running()
+    assert k.wait_for("exit") == "7 exited"
+    assert not alive(worker), "a worker left behind by a finished command"
+
+
+def test_dead_mans_switch_on_boottime(keepers: list[Keeper], workdir: str, contain: str) -> None:
+    """No word from leaderd: SIGTERM just after deadline - grace, SIGKILL at the deadline."""
+    deadline = boottime() + 2.0
+    k = start(keepers, workdir, "worker", contain=contain, deadline=deadline, grace=0.5)
+    _, (worker,) = k.running()
+    assert k.wait_for("exit", timeout=10) == "-15 deadline"
+    ended = boottime()
+    assert deadline - 0.5 < ended < deadline + 0.2, ended - deadline
+    assert not alive(worker)
+
+
+def test_the_dead_mans_switch_counts_suspend(keepers: list[Keeper], workdir: str) -> None:
+    """In a time namespace whose CLOCK_BOOTTIME runs 10^5 s ahead of CLOCK_MONOTONIC, as on a
+    host that slept that long, a deadline on CLOCK_BOOTTIME still comes on time."""
+    suspend = ("unshare", "--time", "--boottime", str(int(SUSPENDED)))
+    if subprocess.run([*suspend, "true"], capture_output=True, check=False).returncode:
+        pytest.skip("needs time namespaces (unshare --time)")
+    deadline = boottime() + SUSPENDED + 2.0
+    k = start(keepers, workdir, contain="session", deadline=deadline, grace=0.5, wrap=suspend)
+    k.running(worker=False)
+    assert k.wait_for("exit", timeout=10) == "-15 deadline"
+    assert boottime() + SUSPENDED < deadline + 0.2
+
+
+def test_a_deadline_sent_while_it_starts_counts(keepers: list[Keeper], workdir: str) -> None:
+    """leaderd renews while a slow keeper starts, and says so at once: the keeper must read
+    that before it judges its switch, or it takes leaderd for frozen and ends the command."""
+    k = start(keepers, workdir, contain="pidns", deadline=boottime() + 0.3, grace=0.5)
+    k.say(DEADLINE, repr(boottime() + 60))  # before the keeper's interpreter is even up
+    command, _ = k.running(worker=False)
+    time.sleep(1.0)
+    assert alive(command), k.seen
+
+
+def test_a_later_deadline_keeps_the_command(keepers: list[Keeper], workdir: str) -> None:
+    k = start(keepers, workdir, contain="pidns", deadline=boottime() + 1.5, grace=0.5)
+    command, _ = k.running(worker=False)
+    k.say(DEADLINE, repr(boottime() + 60))
+    time.sleep(1.6)
+    assert alive(command)
+
+
+def test_lifeline_eof_kills_everything_at_once(keepers: list[Keeper], workdir: str,
+                                               contain: str) -> None:  # fmt: skip
+    k = start(keepers, workdir, "worker", "ignore-term", contain=contain, grace=30)
+    command, (worker,) = k.running()
+    os.close(k.life)  # leaderd is gone: no grace for anyone
+    assert k.wait_for("exit") == "-9 orphaned"
+    assert not alive(command) and not alive(worker)
+
+
+def test_keeper_killed_takes_the_namespace_with_it(keepers: list[Keeper], workdir: str) -> None:
+    k = start(keepers, workdir, "worker", contain="pidns")
+    command, (worker,) = k.running()
+    killed = time.monotonic()
+    k.proc.kill()
+    wait_for(lambda: not alive(command) and not alive(worker), 5, interval=0.005)
+    print(f"keeper SIGKILLed: its PID namespace gone in {time.monotonic() - killed:.3f}s")
+
+
+def test_init_killed_is_lost_not_the_commands_exit(keepers: list[Keeper], workdir: str) -> None:
+    k = start(keepers, workdir, "worker", contain="pidns")
+    init = int(k.wait_for("contained").split()[1])
+    _, (worker,) = k.running()
+    os.kill(init, signal.SIGKILL)
+    assert k.wait_for("exit") == "-9 lost"
+    assert not alive(worker)
+
+
+def test_signals_are_passed_to_the_command_only(keepers: list[Keeper], workdir: str,
+                                                contain: str) -> None:  # fmt: skip
+    k = start(keepers, workdir, "worker", contain=contain)
+    k.running()
+    k.say(SIGNAL, int(signal.SIGHUP))
+    wait_for(lambda: k.pids("hup"), 5)
+    assert k.pids("hup") == k.pids("command")
+
+
+def test_a_command_that_cannot_start(keepers: list[Keeper], workdir: str, contain: str) -> None:
+    k = start(keepers, workdir, contain=contain, command=(f"{workdir}/missing",))
+    assert k.wait_for("error") == "No such file or directory"
+    assert k.wait_for("exit").startswith("127 ")
+    assert k.proc.wait(5) == 127
+
+
+def test_without_namespaces_it_falls_back_and_says_why(keepers: list[Keeper], workdir: str) -> None:
+    k = start(keepers, workdir, contain="pidns", wrap=NO_NAMESPACES)
+    assert k.wait_for("skipped") == "pidns unshare: Operation not permitted"
+    assert k.wait_for("contained").split()[0] == "session"
+    k.running(worker=False)
+
+
+def test_not_root_a_user_namespace_makes_the_pid_namespace(keepers: list[Keeper],
+                                                            workdir: str) -> None:  # fmt: skip
+    if os.geteuid() != 0:
+        pytest.skip("needs root to become another user")
+    os.chmod(workdir, 0o777)
+    k = start(keepers, workdir, "worker", contain="pidns", user="65534")
+    assert k.wait_for("contained").split()[0] == "pidns"
+    command, (worker,) = k.running()
+    assert os.stat(f"/proc/{command}").st_uid == 65534, "its own uid, mapped to itself"
+    k.say(STOP)
+    assert k.wait_for("exit") == "-15 stop"
+    assert not alive(worker)
+
+
+def _python_for(user: str) -> str:
+    """An interpreter (3.11 or later: the keeper needs nothing else) ``user`` can run."""
+    for python in ("/usr/bin/python3", "/usr/local/bin/python3", sys.executable):
+        check = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", python,
+                 "-c", "import sys; assert sys.version_info >= (3, 11)"]  # fmt: skip
+        if subprocess.run(check, capture_output=True, check=False).returncode == 0:
+            return python
+    pytest.skip(f"no Python 3.11 that user {user} may run")
+
+
+def test_the_keeper_is_standard_library_only() -> None:
+    """It runs as `python -I -S`: nothing from site-packages, nothing from the environment."""
+    for module in ("keeper", "containment"):
+        tree = ast.parse(Path(f"leaderd/{module}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:  # relative: only the keeper's own modules
+                    assert node.module in ("containment",), node.module
+                    continue
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] in sys.stdlib_module_names, f"{module}: {name}"
+
+
+def test_a_keeper_started_without_stdout_gives_none_of_its_fds_to_the_command(
+    workdir: str, contain: str
+) -> None:
+    """With fd 1 closed, the keeper's first fd would be fd 1: the command's stdout."""
+    life_r, life = os.pipe()
+    report, report_w = os.pipe()
+    script = f"echo hello || touch {workdir}/broken; touch {workdir}/done; sleep 60"
+    argv = keeper_argv(f"--lifeline={life_r}", f"--report={report_w}", f"--contain={contain}",
+                       "--", "sh", "-c", script)  # fmt: skip
+    proc = subprocess.Popen(argv, pass_fds=(life_r, report_w), preexec_fn=lambda: os.close(1))
+    os.close(life_r)
+    os.close(report_w)
+    try:
+        wait_for(lambda: Path(workdir, "done").exists(), 10)
+        assert not Path(workdir, "broken").exists(), "the command's stdout was the keeper's"
+    finally:
+        os.close(life)  # the keeper ends the command
+        proc.wait(10)
+        os.close(report)
