@@ -12,7 +12,7 @@ The session is configured so that the server never ends it — and so never free
 and ``tcp_user_timeout`` are all at least one ``ttl`` after the last request. When the
 server ends a session anyway (terminate, restart), a successor granted the lock claims an
 unreleased row only once it is over on the server's clock *and* the engine names the
-version it watched for one ttl (``takeover=wait``, DESIGN §1.3), which is after the old
+version it watched for one ttl (``takeover=wait``, docs/algorithm.md), which is after the old
 leader's deadline. docs/postgresql.md has the whole argument.
 
 Key: the first 8 bytes of sha256(b"leaderd:" + election, UTF-8) as a signed bigint.
@@ -204,15 +204,24 @@ class PostgresAdvisoryBackend(Backend):
                     conn = await self._connection(s, ask.ttl, timeout)
                     granted = await self._lock(s, conn, 0.0, known)
                 if not granted:
-                    if lease.held_by(ask.candidate):
+                    if lease.held_by(ask.candidate):  # never "held" without the lock
                         raise BackendUnavailable(
-                            f"acquiring the lock on {self.description}: an earlier lock "
-                            "session of this daemon still holds it, until the server ends it"
+                            f"acquiring the lock on {self.description}: this daemon's lease "
+                            "lasts, but another session holds the lock (an earlier one of "
+                            "this daemon, or a standby about to give it back)"
                         )
                     return lease
             s.granted = True
         sent = time.monotonic()
-        return self._claimed(s, ask, await self._cas(s, ask), sent)
+        lease = self._claimed(s, ask, await self._cas(s, ask), sent)
+        if s.granted and lease.holder is not None and not lease.expired:
+            # Another holder's lease lasts on the server's clock: give the lock back, so
+            # that holder, if alive, renews through a new session (after a server restart)
+            # instead of being waited out. It is kept only once that lease is over, until
+            # the engine names the version it watched (the takeover rule).
+            await s.conn.fetchval(sql.UNLOCK, s.key)
+            s.granted = False
+        return lease
 
     async def _cas(self, s: _Session, ask: _Ask) -> Any:
         me = ask.candidate
