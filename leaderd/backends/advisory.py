@@ -12,7 +12,7 @@ The session is configured so that the server never ends it — and so never free
 and ``tcp_user_timeout`` are all at least one ``ttl`` after the last request. When the
 server ends a session anyway (terminate, restart), a successor granted the lock claims an
 unreleased row only once it is over on the server's clock *and* the engine names the
-version it watched for one ttl (``takeover=wait``, DESIGN §1.3), which is after the old
+version it watched for one ttl (``takeover=wait``, docs/algorithm.md), which is after the old
 leader's deadline. docs/postgresql.md has the whole argument.
 
 Key: the first 8 bytes of sha256(b"leaderd:" + election, UTF-8) as a signed bigint.
@@ -62,6 +62,11 @@ class _Session:
     granted: bool = False  # the lock is granted, the row not claimed: an unreleased holder
     stale: bool = False  # close it before the next use
     known_term: int = 0  # the highest term any answer showed
+    started: Any = None  # the session's backend_start (with its pid, who it is)
+    # The claim and the read, prepared when the session opens: planning them (and a new
+    # server process's cold catalog caches) is then off the hand-over's path.
+    cas: Any = None
+    observe: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,21 +204,30 @@ class PostgresAdvisoryBackend(Backend):
                     conn = await self._connection(s, ask.ttl, timeout)
                     granted = await self._lock(s, conn, 0.0, known)
                 if not granted:
-                    if lease.held_by(ask.candidate):
+                    if lease.held_by(ask.candidate):  # never "held" without the lock
                         raise BackendUnavailable(
-                            f"acquiring the lock on {self.description}: an earlier lock "
-                            "session of this daemon still holds it, until the server ends it"
+                            f"acquiring the lock on {self.description}: this daemon's lease "
+                            "lasts, but another session holds the lock (an earlier one of "
+                            "this daemon, or a standby about to give it back)"
                         )
                     return lease
             s.granted = True
         sent = time.monotonic()
-        return self._claimed(s, ask, await self._cas(s, ask), sent)
+        lease = self._claimed(s, ask, await self._cas(s, ask), sent)
+        if s.granted and lease.holder is not None and not lease.expired:
+            # Another holder's lease lasts on the server's clock: give the lock back, so
+            # that holder, if alive, renews through a new session (after a server restart)
+            # instead of being waited out. It is kept only once that lease is over, until
+            # the engine names the version it watched (the takeover rule).
+            await s.conn.fetchval(sql.UNLOCK, s.key)
+            s.granted = False
+        return lease
 
     async def _cas(self, s: _Session, ask: _Ask) -> Any:
         me = ask.candidate
         args = (s.election, s.key, me.node_id, me.instance, me.address, ask.ttl,
                 self._listener.channel, ask.takeover, ask.min_term)  # fmt: skip
-        return await s.conn.fetchrow(self._sql_cas, *args)
+        return await s.cas.fetchrow(*args, s.started)
 
     def _claimed(self, s: _Session, ask: _Ask, row: Any, sent: float) -> Lease:
         """The answer of the CAS statement, as this session's state and a lease."""
@@ -265,10 +279,10 @@ class PostgresAdvisoryBackend(Backend):
         """The lease as the row and the lock show it. A session that holds the lock but is
         not the row's is a successor about to claim it (one round trip): read again
         shortly; with takeover=wait it may also be waiting out the row's holder."""
-        conn = await self._connection(s, s.ttl, timeout)
+        await self._connection(s, s.ttl, timeout)
         lease = None
         for attempt in range(_PENDING_READS):
-            row = await conn.fetchrow(self._sql_observe, s.election, s.key)
+            row = await s.observe.fetchrow(s.election, s.key)
             lease = self._judge(s.election, row)
             if lease is not None:
                 return lease
@@ -305,17 +319,26 @@ class PostgresAdvisoryBackend(Backend):
         if s.stale or (s.conn is not None and s.conn.is_closed()):
             self._drop(s)
         if s.conn is None:
-            conn = await connect(self._pg, timeout, session_settings(ttl))
-            s.conn, s.ttl = conn, ttl
-            conn.add_termination_listener(lambda c: self._on_closed(s, c))
-            if not self._table_ready:
-                await self._prepare(conn)
+            await self._open_session(s, ttl, timeout)
         elif s.ttl != ttl:
             settings = session_settings(ttl)
             calls = (f"set_config('{k}', ${i}, false)" for i, k in enumerate(settings, 1))
             await s.conn.execute("SELECT " + ", ".join(calls), *settings.values())
             s.ttl = ttl
         return s.conn
+
+    async def _open_session(self, s: _Session, ttl: float, timeout: float) -> None:
+        conn = await connect(self._pg, timeout, session_settings(ttl))
+        try:
+            if not self._table_ready:
+                await self._prepare(conn)
+            started = (await conn.fetchrow(sql.SESSION))["backend_start"]
+            cas, observe = await conn.prepare(self._sql_cas), await conn.prepare(self._sql_observe)
+        except BaseException:
+            self._closer.close(conn)
+            raise
+        s.conn, s.ttl, s.started, s.cas, s.observe = conn, ttl, started, cas, observe
+        conn.add_termination_listener(lambda c: self._on_closed(s, c))
 
     async def _prepare(self, conn: Any) -> None:
         if conn.get_server_version().major < 14:

@@ -43,6 +43,10 @@ WITH cfg AS MATERIALIZED (SELECT set_config('lock_timeout', $2, true))
 SELECT pg_advisory_lock($1)::text IS NOT NULL AS granted, pg_backend_pid() AS pid FROM cfg
 """
 UNLOCK = "SELECT pg_advisory_unlock($1)"
+# Once per lock session: who it is (pid and start: a pid alone is reused).
+SESSION = """
+SELECT pg_backend_pid() AS pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()
+"""
 
 _COLUMNS = f"""
     c.holder, c.instance, c.address, c.term, c.acquired_at, {version_sql("c")} AS version,
@@ -68,11 +72,10 @@ _TAKEOVER = {
 # applies only while this very session holds the lock, and then as the lease backend's
 # rules say: free, this process's (a renewal unless expired), or a takeover.
 # $1 election, $2 key, $3 node id, $4 instance, $5 address, $6 ttl, $7 channel,
-# $8 takeover version, $9 min_term.
+# $8 takeover version, $9 min_term, $10 this session's backend_start (SESSION).
 CAS = f"""
 WITH me AS MATERIALIZED (
-    SELECT pg_backend_pid() AS pid,
-        (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()) AS started,
+    SELECT pg_backend_pid() AS pid, $10::timestamptz AS started,
         EXISTS (SELECT FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
                 AND l.objsubid = 1 AND {_KEY} = $2 AND l.pid = pg_backend_pid()) AS locked
 ), cas AS (

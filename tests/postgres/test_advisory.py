@@ -15,7 +15,7 @@ from leaderd.backends import BackendUnavailable, Candidate
 from leaderd.backends.advisory import PostgresAdvisoryBackend, advisory_key
 from leaderd.backends.pglisten import notify_channel
 from tests.pgserver import PgServer
-from tests.postgres.helpers import Stopwatch, admin, opened, unique
+from tests.postgres.helpers import Stopwatch, admin, opened, unique, until
 
 pytestmark = pytest.mark.postgres
 
@@ -39,6 +39,20 @@ def url(pg: PgServer, **params: str) -> str:
 
 async def lock_pids(conn: Any, election: str) -> list[int]:
     return [r["pid"] for r in await conn.fetch(HOLDER_SQL, advisory_key(election))]
+
+
+async def blocked(other: Any, election: str, count: int = 1) -> None:
+    """Wait until ``count`` sessions wait for the election's lock (a loaded machine may take
+    a while to open a waiter's session)."""
+    sql = (
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+        "AND objsubid = 1 AND ((classid::int8 << 32) | objid::int8) = $1"
+    )
+    for _ in range(500):
+        if await other.fetchval(sql, advisory_key(election)) >= count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{count} waiter(s) never blocked in the lock of {election}")
 
 
 def session_pid(backend: Any, election: str) -> int:
@@ -71,13 +85,15 @@ async def test_terminated_holder_steps_down_and_a_waiter_takes_over(
         mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
         waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5))
         holder_wakes = asyncio.create_task(a.wait_for_change(e, 5))
-        await asyncio.sleep(0.1)
+        await blocked(other, e, 1)
         t0 = time.monotonic()
         await other.execute("SELECT pg_terminate_backend($1)", session_pid(a, e))
         theirs = await asyncio.wait_for(waiter, 2)
         took_over = time.monotonic() - t0
-        await asyncio.wait_for(holder_wakes, 1)  # the termination listener woke it at once
-        assert time.monotonic() - t0 < 0.5
+        await asyncio.wait_for(holder_wakes, 1)
+        # asyncpg's termination listener told the holder its session ended, at once.
+        assert await until(lambda: a._sessions[e].conn is None, 0.5)  # type: ignore[attr-defined]
+        assert time.monotonic() - t0 < 0.6
         assert theirs.held_by(B) and theirs.term == mine.term + 1
         print(f"\nadvisory: holder terminated -> waiter holds in {took_over * 1000:.1f} ms")
         assert took_over < 0.5
@@ -91,26 +107,28 @@ async def test_by_default_a_waiter_waits_out_a_terminated_holders_lease(
     pg_server: PgServer,
 ) -> None:
     """takeover=wait: the server ended the holder's session, but that node may be alive and
-    still answering "leader" until its lease runs out; the successor holds the lock and
-    claims nothing before then."""
+    still answering "leader" until its lease runs out; the successor claims nothing before
+    then, and not before its engine names the version it watched."""
     u, e, ttl = url(pg_server), unique(), 1.0
     async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
         mine = await a.acquire_or_renew(e, A, ttl=ttl, timeout=5)
         waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=ttl, timeout=10, wait=5))
-        await asyncio.sleep(0.1)
+        await blocked(other, e, 1)
         t0 = time.monotonic()
         await other.execute("SELECT pg_terminate_backend($1)", session_pid(a, e))
         pending = await asyncio.wait_for(waiter, 2)
         assert pending.holder == A.node_id and pending.term == mine.term
         assert pending.expires_in is not None and 0 < pending.expires_in <= ttl
-        assert await lock_pids(other, e) == [session_pid(b, e)], "the successor keeps the lock"
+        # While A's lease lasts the successor gives the lock back (A may come back) ...
+        assert await lock_pids(other, e) == []
         # Naming the version is not enough while the lease lasts on the server's clock ...
         too_soon = await b.acquire_or_renew(e, B, ttl=ttl, timeout=5, takeover=pending.version)
         assert not too_soon.held_by(B) and too_soon.holder == A.node_id
         await asyncio.sleep(pending.expires_in)
-        # ... and its end is not enough without naming the version (DESIGN §1.3).
+        # ... and its end is not enough without naming the version (docs/algorithm.md).
         unnamed = await b.acquire_or_renew(e, B, ttl=ttl, timeout=5)
         assert unnamed.expired and unnamed.version == pending.version
+        assert await lock_pids(other, e) == [session_pid(b, e)], "kept once the lease is over"
         theirs = await b.acquire_or_renew(e, B, ttl=ttl, timeout=5, takeover=pending.version)
         waited = time.monotonic() - t0
         assert theirs.held_by(B) and theirs.term == mine.term + 1
@@ -118,12 +136,32 @@ async def test_by_default_a_waiter_waits_out_a_terminated_holders_lease(
         assert waited >= ttl * 0.8  # no sooner than the holder's lease allowed
 
 
-async def test_a_clean_release_needs_no_wait(pg_server: PgServer) -> None:
+async def test_a_holder_whose_session_ended_renews_even_if_a_standby_got_the_lock_first(
+    pg_server: PgServer,
+) -> None:
+    """After a server restart (or a terminated session) the leader, alive, reconnects; a
+    standby that got the lock first must not keep it through the leader's lease: the
+    leader renews through its new session, with the same term, and nobody is waited out."""
     u, e = url(pg_server), unique()
-    async with opened(u, e) as a, opened(u, e) as b:
+    async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
         mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
         waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5))
-        await asyncio.sleep(0.1)
+        await blocked(other, e, 1)
+        await other.execute("SELECT pg_terminate_backend($1)", session_pid(a, e))
+        pending = await asyncio.wait_for(waiter, 2)  # the standby had the lock first
+        assert pending.holder == A.node_id and not pending.held_by(B)
+        assert await until(lambda: a._sessions[e].conn is None, 1)  # type: ignore[attr-defined]
+        again = await a.acquire_or_renew(e, A, ttl=15, timeout=5)  # a new session
+        assert again.held_by(A), again
+        assert (again.term, again.acquired_at) == (mine.term, mine.acquired_at)
+
+
+async def test_a_clean_release_needs_no_wait(pg_server: PgServer) -> None:
+    u, e = url(pg_server), unique()
+    async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
+        mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5))
+        await blocked(other, e, 1)
         await a.release(e, A, mine.term)
         theirs = await asyncio.wait_for(waiter, 2)
         assert theirs.held_by(B) and theirs.term == mine.term + 1
@@ -134,13 +172,18 @@ async def test_waiters_that_lose_the_race_name_the_new_holder_at_once(
 ) -> None:
     u, e = url(pg_server), unique()
     c = Candidate("node-c", "10.0.0.3:80")
-    async with opened(u, e) as a, opened(u, e) as b, opened(u, e) as third:
+    async with (
+        opened(u, e) as a,
+        opened(u, e) as b,
+        opened(u, e) as third,
+        admin(pg_server) as other,
+    ):
         mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
         waiters = [
             asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5)),
             asyncio.create_task(third.acquire_or_renew(e, c, ttl=15, timeout=10, wait=5)),
         ]
-        await asyncio.sleep(0.2)
+        await blocked(other, e, 2)
         with Stopwatch() as sw:
             await a.release(e, A, mine.term)
             answers = await asyncio.wait_for(asyncio.gather(*waiters), 3)
@@ -155,7 +198,7 @@ async def test_a_cancelled_waiter_leaves_the_lock_queue(pg_server: PgServer) -> 
     async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
         await a.acquire_or_renew(e, A, ttl=15, timeout=5)
         waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5))
-        await asyncio.sleep(0.1)
+        await blocked(other, e, 1)
         waiting = (
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = "
             "'leaderd-cancel-test' AND wait_event = 'advisory'"
@@ -282,7 +325,7 @@ async def test_a_release_commits_before_the_lock_is_freed(pg_server: PgServer) -
                 EXECUTE FUNCTION {table}_slow();
         """)
         waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5))
-        await asyncio.sleep(0.1)
+        await blocked(other, e, 1)
         await a.release(e, A, mine.term)
         theirs = await asyncio.wait_for(waiter, 3)
         assert theirs.held_by(B) and theirs.term == mine.term + 1, theirs
@@ -299,7 +342,7 @@ async def test_a_late_acquired_notify_does_not_end_a_standbys_lock_wait(
         waiter = asyncio.create_task(
             b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5, min_term=mine.term + 1)
         )
-        await asyncio.sleep(0.2)
+        await blocked(other, e, 1)
         # The announcement of the term it already knows, delivered late.
         payload = f"{mine.term} acquired {e}"
         await other.execute("SELECT pg_notify($1, $2)", notify_channel(table), payload)
@@ -319,7 +362,7 @@ async def test_a_reused_pid_is_not_taken_for_the_holders_session(pg_server: PgSe
     async with opened(u, e) as a, opened(u, e) as b, opened(u, e) as c, admin(pg_server) as other:
         mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
         waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5))
-        await asyncio.sleep(0.1)
+        await blocked(other, e, 1)
         await other.execute("SELECT pg_terminate_backend($1)", session_pid(a, e))
         pending = await asyncio.wait_for(waiter, 2)
         assert pending.holder == A.node_id and not pending.held_by(B)

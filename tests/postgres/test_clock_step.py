@@ -3,8 +3,8 @@
 The server runs under libfaketime with an offset file (FAKETIME_TIMESTAMP_FILE), so its
 wall clock — now(), which judges expiry — jumps by an hour while it runs; the daemons'
 clocks are untouched. Every live lease is then expired on the server, but a standby may
-take over only a version it has watched unchanged for one ttl on its own clock (DESIGN
-§1.3): a renewing leader keeps its lease, and no instant has two leaders.
+take over only a version it has watched unchanged for one ttl on its own clock
+(docs/algorithm.md): a renewing leader keeps its lease, and no instant has two leaders.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Durable terms (DESIGN §1.4): lease statements commit with synchronous_commit at least
+"""Durable terms (docs/postgresql.md): lease statements commit with synchronous_commit at least
 "on" whatever the server's default, and a read-only or recovering server is refused."""
 
 from __future__ import annotations

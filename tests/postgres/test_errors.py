@@ -92,8 +92,9 @@ A = Candidate("node-a", "10.0.0.1:80")
 
 
 class _Failing:
-    """A real connection whose next statement fails with ``exc`` (a driver fault that a
-    real server cannot be made to produce on demand), as asyncpg would raise it."""
+    """A real connection (or prepared statement) whose next statement fails with ``exc``
+    (a driver fault that a real server cannot be made to produce on demand), as asyncpg
+    would raise it."""
 
     def __init__(self, conn: Any, exc: BaseException) -> None:
         self._conn, self._exc = conn, exc
@@ -117,6 +118,8 @@ async def test_an_internal_client_error_in_the_advisory_backend_is_translated(
             assert (await a.acquire_or_renew(e, A, ttl=15, timeout=5)).holder == A.node_id
         else:
             await a.observe(e)  # opens the session
-        session.conn = _Failing(session.conn, asyncpg.InternalClientError("protocol state"))
+        fault = asyncpg.InternalClientError("protocol state")
+        session.conn = _Failing(session.conn, fault)
+        session.cas = _Failing(session.cas, fault)  # the prepared claim-and-renew statement
         with pytest.raises(BackendUnavailable, match="InternalClientError"):
             await a.acquire_or_renew(e, A, ttl=15, timeout=5)

@@ -54,7 +54,7 @@ async def test_expires_in_comes_from_the_servers_clock(pg_server: PgServer) -> N
         await asyncio.sleep(seen.expires_in + 0.05)  # what a follower does
         expired = await b.observe(e)  # over on the server's clock, still named
         assert expired.expired and expired.holder == A.node_id and expired.version
-        # The engine names the version it watched for one ttl (DESIGN §1.3).
+        # The engine names the version it watched for one ttl (docs/algorithm.md).
         taken = await b.acquire_or_renew(e, B, ttl=2, timeout=5, takeover=expired.version)
         assert taken.held_by(B) and taken.term == mine.term + 1
 
