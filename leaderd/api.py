@@ -283,9 +283,13 @@ class _Api:
             cooldown = params.seconds(
                 request.query.get("cooldown"), "cooldown", default, MAX_COOLDOWN
             )
+            to = params.node_id(request.query.get("to"), "to")
         except params.BadParameter as exc:
             return error(400, "bad_parameter", str(exc))
-        election.resign(cooldown)
+        refused = _hand_over_refused(election, self.node.node_id, to)
+        if refused is not None:
+            return refused
+        election.resign(cooldown, to)
         status = election.status()
         return _json(status.to_dict(), revision=status.revision)
 
@@ -375,6 +379,23 @@ class _Api:
                     break
         await response.write_eof()
         return response
+
+
+def _hand_over_refused(election: Election, me: str, to: str) -> web.Response | None:
+    """Why ``resign?to=`` cannot hand this election over (docs/api.md); None if it can."""
+    if not to:
+        return None
+    if to == me:
+        return error(400, "bad_parameter", f"to names this node ({me}): name a standby")
+    if not election.hands_over:
+        message = f"election {election.name}: this backend has no standbys to hand over to"
+        return error(409, "no_standby", message)
+    status = election.status()
+    if status.role is not Role.LEADER:
+        leader = status.leader.node_id if status.leader else "unknown"
+        message = f"this node does not lead election {election.name} (leader: {leader})"
+        return error(409, "not_leader", message + ": ask the leader to hand over")
+    return None
 
 
 @functools.lru_cache(maxsize=16)

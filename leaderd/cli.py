@@ -75,6 +75,11 @@ def _parser() -> argparse.ArgumentParser:
     resign.add_argument(
         "--cooldown", type=float, metavar="S", help="do not campaign for S seconds (default: ttl)"
     )
+    resign.add_argument(
+        "--to",
+        metavar="NODE",
+        help="hand over to this standby: the lease is reserved for it for one ttl, then free",
+    )
     resign.add_argument("--json", action="store_true", help="print the JSON answer")
     return parser
 
@@ -204,13 +209,15 @@ def _watch(args: argparse.Namespace) -> int:
 def _resign(args: argparse.Namespace) -> int:
     path = client_socket(args.socket)
     cooldown = None if args.cooldown is None else f"{args.cooldown:g}"
-    url = client.election_path("/resign", args.election, cooldown=cooldown)
+    url = client.election_path("/resign", args.election, cooldown=cooldown, to=args.to)
     try:
         code, body = client.request(path, "POST", url)
     except client.Unreachable as exc:
         return _fail(exc, EXIT_UNREACHABLE, False)
     if code != 200:
-        return _fail(_error_message(body, path, args.election), EXIT_USAGE, False)
+        # 409: nothing to hand over from here (not the leader, or no standby can exist).
+        failed = EXIT_NOT_LEADER if code == 409 else EXIT_USAGE
+        return _fail(_error_message(body, path, args.election), failed, False)
     print(jsonio.dumps(body).decode() if args.json else _line(body))
     return EXIT_OK
 

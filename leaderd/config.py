@@ -15,7 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from . import schema
+from . import params, schema
 from .timing import Timing, TimingError
 
 DEFAULT_CONFIG_FILE = "/etc/leaderd/leaderd.toml"
@@ -238,8 +238,8 @@ def _timing(name: str, raw: Mapping[str, Any]) -> Timing:
 
 def _node_id(settings: Mapping[str, Any], env: Mapping[str, str]) -> str:
     node_id = str(settings.get("node_id") or env.get("HOSTNAME") or socket.gethostname())
-    if not node_id or len(node_id) > 253 or any(c.isspace() for c in node_id):
-        raise ConfigError(f"node_id {node_id!r} must be 1-253 characters without spaces")
+    if not params.is_node_id(node_id):
+        raise ConfigError(f"node_id {node_id!r} must be {params.NODE_ID_RULE}")
     return node_id
 
 

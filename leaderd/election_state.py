@@ -99,6 +99,10 @@ class ElectionState:
         self.maybe_held = False
         self.cooldown = 0.0
         self.cooldown_until = -math.inf
+        # A hand-over (resign with a chosen standby): the node id the next release reserves
+        # the lease for, then that node id and term until the outcome is seen.
+        self.handing_over = ""
+        self.handed_over: tuple[str, int] | None = None
         self.stopping = False
         # Moves on resign and stop: answers to requests sent before then win nothing.
         self.epoch = 0
@@ -191,6 +195,10 @@ class ElectionState:
         both the backend's expiry and our own ttl of watching.
         """
         lease = self.lease
+        if lease is not None and lease.reserved_against(self.candidate):
+            # Reserved for another node: ask again the moment the reservation ends.
+            ends_in = lease.reserved_in - (now - self.seen_at)
+            return max(MIN_DELAY, min(self.timing.retry_interval, ends_in))
         if lease is None or lease.holder is None:
             return self.timing.renew_interval
         may_take_in = self.watched_since + self.timing.ttl - now
@@ -204,7 +212,10 @@ class ElectionState:
             return max(MIN_DELAY, t_send + self.timing.renew_interval - now)
         if self.release_due is not None:
             return MIN_DELAY  # an acquisition this node may not keep: release it now
-        free = self.lease is None or self.lease.holder is None
+        lease = self.lease
+        free = lease is None or (
+            lease.holder is None and not lease.reserved_against(self.candidate)
+        )
         # Watching a holder needs no jitter; taking over after it (one round) is a CAS.
         delay = self.jittered(self.follow_period(now)) if free else self.follow_period(now)
         if not (request.campaigning and request.epoch == self.epoch):
@@ -227,12 +238,23 @@ class ElectionState:
 
     # ---- what happened ----
 
-    def resign(self, now: float, cooldown: float) -> None:
-        """Stop leading now, release at the next round, campaign again after cooldown."""
+    def resign(self, now: float, cooldown: float, to: str = "") -> None:
+        """Stop leading now, release at the next round (reserved for node id ``to`` if
+        given and this node leads), campaign again after cooldown."""
         self.epoch += 1
         self.cooldown, self.cooldown_until = cooldown, now + cooldown
         if self.held_term is not None:
             self.release_due, self.held_term = self.held_term, None
+            self.handing_over = to
+
+    def reservation_due(self) -> str:
+        """The node id the hand-over's release reserves the lease for ("" for none)."""
+        to, self.handing_over = self.handing_over, ""
+        return to
+
+    def on_reserved(self, to: str, term: int) -> None:
+        """The release reserved the lease for ``to``: watch whether it takes it."""
+        self.handed_over = (to, term)
 
     def stop(self) -> None:
         self.stopping = True
@@ -243,7 +265,7 @@ class ElectionState:
         high_water, self.high_water = self.high_water, max(self.high_water, lease.term)
         self.lease, self.seen_at, self.last_error, self.lost = lease, t_send, None, None
         self.ready, self.maybe_held = True, False
-        notes = self._watch(lease, now)
+        notes = self._watch(lease, now) + self._hand_over_outcome(lease)
         # A resign or stop that came while the request was in flight wins over its answer.
         campaigning = request.campaigning and request.epoch == self.epoch
         mine = lease.held_by(self.candidate)
@@ -292,10 +314,15 @@ class ElectionState:
             return self.lost
         if self.held_term is not None and now >= self.deadline:
             return f"no successful renewal for {now - self.renewed_at:.1f}s, deadline passed"
+        to = self.handing_over or (self.handed_over[0] if self.handed_over else "")
+        if to and (now < self.cooldown_until or self.release_due is not None):
+            return f"resigned, handing over to {to}"
         if now < self.cooldown_until or self.release_due is not None:
             return f"resigned, not campaigning for {self.cooldown:g}s"
         if lease is not None and lease.holder is not None and not lease.held_by(self.candidate):
             return f"{lease.holder or 'an unknown holder'} holds the lease (term {lease.term})"
+        if lease is not None and lease.reserved_against(self.candidate):
+            return f"the lease is reserved for {lease.reserved_for} (a hand-over)"
         if self.last_error is not None:
             return self.last_error
         return "the lease is free"
@@ -314,6 +341,22 @@ class ElectionState:
         if key != self.watched:
             self.watched, self.watched_since = key, now
         return notes
+
+    def _hand_over_outcome(self, lease: Lease) -> list[Note]:
+        """Once the reservation this node made is over: did its node take the lease?"""
+        if self.handed_over is None or lease.reserved_for == self.handed_over[0]:
+            return []
+        (to, term), self.handed_over = self.handed_over, None
+        fields = {"election": self.name, "term": lease.term, "holder": lease.holder, "to": to}
+        if lease.holder == to:
+            sentence = f"handed election {self.name} over to {to}, term {lease.term}"
+            return [Note(logging.INFO, Event.HANDED_OVER, sentence, fields)]
+        now_held = f"{lease.holder} holds it" if lease.holder else "any standby may take it"
+        sentence = (
+            f"election {self.name}: {to} did not take the lease reserved for it after term "
+            f"{term} (not running, not a candidate, or cooling down); {now_held}"
+        )
+        return [Note(logging.WARNING, Event.HANDOVER_LAPSED, sentence, fields)]
 
     def _duplicate(self, lease: Lease) -> Note:
         sentence = (

@@ -125,10 +125,16 @@ class Election:
 
     # ---- actions ----
 
-    def resign(self, cooldown: float) -> None:
-        """Stop leading now, release at the loop's next turn, campaign again after cooldown."""
+    @property
+    def hands_over(self) -> bool:
+        """Whether the backend can reserve the lease for a chosen standby."""
+        return self._backend.hands_over
+
+    def resign(self, cooldown: float, to: str = "") -> None:
+        """Stop leading now, release at the loop's next turn (reserved for node id ``to``
+        for one ttl, if given), campaign again after cooldown."""
         now = self._clock.now()
-        self.state.resign(now, cooldown)
+        self.state.resign(now, cooldown, to)
         self._refresh(now)
         self._poke.set()
 
@@ -254,6 +260,7 @@ class Election:
     async def _hand_over(self) -> None:
         """After leadership ended voluntarily: stop the child, then release the lease."""
         term = self.state.term_to_release()
+        to = self.state.reservation_due()
         self._refresh(self._clock.now())
         if self.step_down_hook is not None:
             await self.step_down_hook(self.name)
@@ -261,10 +268,11 @@ class Election:
             term = await self._own_term(default=term)
         if term is None:
             return
+        release = self._backend.release(
+            self.name, self.candidate, term, reserve_for=to, ttl=self.timing.ttl
+        )
         try:
-            await asyncio.wait_for(
-                self._backend.release(self.name, self.candidate, term), self.timing.renew_interval
-            )
+            await asyncio.wait_for(release, self.timing.renew_interval)
         except (BackendError, TimeoutError) as exc:
             log.warning(
                 "could not release election %s, term %d: %s; it expires by itself within ttl",
@@ -274,12 +282,16 @@ class Election:
                 extra=extra(Event.RELEASE_FAILED, election=self.name, term=term, reason=str(exc)),
             )
             return
+        reserved = f", reserved for {to} for {self.timing.ttl:g}s" if to else ""
         log.info(
-            "released election %s, term %d",
+            "released election %s, term %d%s",
             self.name,
             term,
-            extra=extra(Event.RELEASED, election=self.name, term=term),
+            reserved,
+            extra=extra(Event.RELEASED, election=self.name, term=term, reserved_for=to or None),
         )
+        if to:
+            self.state.on_reserved(to, term)
 
     async def _own_term(self, default: int | None) -> int | None:
         """The term of the lease if the backend says this node holds it, None if it does

@@ -30,6 +30,8 @@ class Event(StrEnum):
     BACKEND_ERROR = "backend_error"
     RELEASED = "released"
     RELEASE_FAILED = "release_failed"
+    HANDED_OVER = "handed_over"  # the node a hand-over reserved the lease for took it
+    HANDOVER_LAPSED = "handover_lapsed"  # ... or did not, within its reservation
     DUPLICATE_NODE_ID = "duplicate_node_id"
     TERM_REFUSED = "term_refused"
     LISTEN_DOWN = "listen_down"
@@ -58,7 +60,9 @@ FIELDS: dict[Event, frozenset[str]] = {
     Event.STOPPED: _VIEW,
     Event.RENEW_FAILED: frozenset({"election", "reason"}),
     Event.BACKEND_ERROR: frozenset({"election", "reason"}),
-    Event.RELEASED: frozenset({"election", "term"}),
+    Event.RELEASED: frozenset({"election", "term", "reserved_for"}),
+    Event.HANDED_OVER: _VIEW | {"to"},
+    Event.HANDOVER_LAPSED: _VIEW | {"to"},
     Event.RELEASE_FAILED: frozenset({"election", "term", "reason"}),
     Event.DUPLICATE_NODE_ID: frozenset({"election", "term", "holder", "instance"}),
     Event.TERM_REFUSED: frozenset({"election", "term", "high_water"}),

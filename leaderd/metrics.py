@@ -254,6 +254,10 @@ class MeteredBackend(Backend):
     def description(self) -> str:
         return self.inner.description
 
+    @property
+    def hands_over(self) -> bool:
+        return self.inner.hands_over
+
     async def open(self, elections: Sequence[str]) -> None:
         await self._timed("open", self.inner.open(elections))
 
@@ -276,8 +280,17 @@ class MeteredBackend(Backend):
         )
         return await self._timed("acquire_or_renew", request)
 
-    async def release(self, election: str, candidate: Candidate, term: int) -> None:
-        await self._timed("release", self.inner.release(election, candidate, term))
+    async def release(
+        self,
+        election: str,
+        candidate: Candidate,
+        term: int,
+        *,
+        reserve_for: str = "",
+        ttl: float = 0.0,
+    ) -> None:
+        request = self.inner.release(election, candidate, term, reserve_for=reserve_for, ttl=ttl)
+        await self._timed("release", request)
 
     async def wait_for_change(self, election: str, timeout: float) -> None:
         # Waiting is not a request: not timed, but a failure is still a backend error.

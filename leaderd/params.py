@@ -12,6 +12,14 @@ _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _INTEGER = re.compile(r"-?[0-9]+")
 
 
+NODE_ID_RULE = "1-253 characters without spaces"
+
+
+def is_node_id(value: str) -> bool:
+    """A node id as --node-id accepts it."""
+    return 0 < len(value) <= 253 and not any(c.isspace() for c in value)
+
+
 class BadParameter(ValueError):
     """A query parameter that cannot be used; answered with 400."""
 
@@ -39,3 +47,12 @@ def flag(raw: str | None, name: str) -> bool:
     if raw not in _TRUE and raw not in _FALSE:
         raise BadParameter(f"{name} must be one of 1, true, ndjson, sse, 0, false; got {raw!r}")
     return raw in _TRUE
+
+
+def node_id(raw: str | None, name: str) -> str:
+    """A node id naming another daemon; "" when the parameter is absent."""
+    if raw is None:
+        return ""
+    if not is_node_id(raw):
+        raise BadParameter(f"{name} must be a node id ({NODE_ID_RULE}), got {raw!r}")
+    return raw

@@ -35,6 +35,7 @@ from .advisory_sql import advisory_key, session_settings
 from .base import Backend, BackendError, BackendFatal, BackendUnavailable, Candidate, Lease
 from .pgconn import Closer, connect, ensure_table, quote_literal_ms, request
 from .pglisten import Listener, notify_channel
+from .pgreservation import released_lease
 from .pgsettings import PgSettings
 
 __all__ = ["PostgresAdvisoryBackend", "advisory_key", "session_settings"]
@@ -143,7 +144,15 @@ class PostgresAdvisoryBackend(Backend):
             lease = await self._guard(s, "acquiring the lock", timeout, campaign)
         return self._saw(s, lease)
 
-    async def release(self, election: str, candidate: Candidate, term: int) -> None:
+    async def release(
+        self,
+        election: str,
+        candidate: Candidate,
+        term: int,
+        *,
+        reserve_for: str = "",
+        ttl: float = 0.0,
+    ) -> None:
         s = self._session(election)
         if s.term is not None and s.term != term:
             return  # this session holds another term: the row cannot match
@@ -153,7 +162,8 @@ class PostgresAdvisoryBackend(Backend):
             conn = await self._connection(s, s.ttl, _DEFAULT_TIMEOUT)
             me = candidate
             args = (s.election, me.node_id, me.instance, term, self._listener.channel)
-            await conn.fetchval(self._sql_release, *args)  # committed before ...
+            reservation = (reserve_for, float(ttl) if reserve_for else 0.0)
+            await conn.fetchval(self._sql_release, *args, *reservation)  # committed before ...
             if holding:
                 await conn.fetchval(sql.UNLOCK, s.key)  # ... the lock is freed
 
@@ -214,11 +224,13 @@ class PostgresAdvisoryBackend(Backend):
             s.granted = True
         sent = time.monotonic()
         lease = self._claimed(s, ask, await self._cas(s, ask), sent)
-        if s.granted and lease.holder is not None and not lease.expired:
+        lasts = lease.holder is not None and not lease.expired
+        if s.granted and (lasts or lease.reserved_against(ask.candidate)):
             # Another holder's lease lasts on the server's clock: give the lock back, so
             # that holder, if alive, renews through a new session (after a server restart)
             # instead of being waited out. It is kept only once that lease is over, until
-            # the engine names the version it watched (the takeover rule).
+            # the engine names the version it watched (the takeover rule). Likewise a lease
+            # reserved for another node: the lock goes back, so that node is granted it.
             await s.conn.fetchval(sql.UNLOCK, s.key)
             s.granted = False
         return lease
@@ -287,13 +299,13 @@ class PostgresAdvisoryBackend(Backend):
             if lease is not None:
                 return lease
             await asyncio.sleep(0.002 * (attempt + 1))
-        return _free(s.election, int(row["term"] or 0))
+        return released_lease(s.election, row)
 
     def _judge(self, election: str, row: Any) -> Lease | None:
         """What an observer may say from one read; None while a claim is under way."""
         locked, recorded = row["lock_pid"] is not None, row["recorded"]
         if row["holder"] is None:  # released (its session may be freeing the lock)
-            return None if locked and not recorded else _free(election, int(row["term"] or 0))
+            return None if locked and not recorded else released_lease(election, row)
         if recorded:  # the holder's own session holds the lock: live, no expiry
             return _row_lease(election, row, live=True)
         if self._pg.takeover == "wait":  # unreleased: its lease lasts until expires_at
@@ -376,7 +388,7 @@ class PostgresAdvisoryBackend(Backend):
 def _row_lease(election: str, row: Any, live: bool) -> Lease:
     """A row that names a holder; ``live``: its session holds the lock (no expiry)."""
     if row["holder"] is None:
-        return _free(election, int(row["term"] or 0))
+        return released_lease(election, row)
     expires_in = None if live else max(0.0, float(row["expires_in"] or 0.0))
     return Lease(
         election,

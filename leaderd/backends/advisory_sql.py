@@ -9,6 +9,7 @@ import hashlib
 import math
 
 from .pgconn import quote_literal_ms, version_sql
+from .pgreservation import CLEAR, COLUMNS, RESERVE, reservation_sql, reserved_sql
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS {t} (
@@ -23,7 +24,9 @@ CREATE TABLE IF NOT EXISTS {t} (
     pid           integer,                    -- the holder's lock session: its pid and
     backend_start timestamptz,                -- start (a pid alone is reused)
     expires_at    timestamptz,                -- last keepalive + ttl: the holder's lease
-    version       bigint NOT NULL DEFAULT 0   -- +1 on every write, keepalives too
+    version       bigint NOT NULL DEFAULT 0,  -- +1 on every write, keepalives too
+    reserved_for   text,                      -- released for this node id only ...
+    reserved_until timestamptz                -- ... until then (server clock)
 )
 """
 # Columns an older leaderd's table lacks (added on open).
@@ -31,6 +34,7 @@ UPGRADE = {
     "instance": "text NOT NULL DEFAULT ''",
     "backend_start": "timestamptz",
     "version": "bigint NOT NULL DEFAULT 0",
+    **COLUMNS,
 }
 
 _KEY = "((l.classid::int8 << 32) | l.objid::int8)"
@@ -50,7 +54,8 @@ SELECT pg_backend_pid() AS pid, backend_start FROM pg_stat_activity WHERE pid = 
 
 _COLUMNS = f"""
     c.holder, c.instance, c.address, c.term, c.acquired_at, {version_sql("c")} AS version,
-    GREATEST(0, extract(epoch FROM c.expires_at - now()))::float8 AS expires_in"""
+    GREATEST(0, extract(epoch FROM c.expires_at - now()))::float8 AS expires_in,
+    {reservation_sql("c")}"""
 _MINE = "(c.holder = excluded.holder AND c.instance = excluded.instance)"
 # This process's row still holds its term when it is claimed again (a renewal):
 _LIVE = {
@@ -91,8 +96,9 @@ WITH me AS MATERIALIZED (
         lock_key = excluded.lock_key, holder = excluded.holder, instance = excluded.instance,
         address = excluded.address, released_at = NULL, pid = excluded.pid,
         backend_start = excluded.backend_start, expires_at = excluded.expires_at,
-        version = c.version + 1
-    WHERE c.holder IS NULL OR {_MINE} OR {{takeover}}
+        version = c.version + 1, {CLEAR}
+    WHERE (c.holder IS NULL AND NOT {reserved_sql("c", "excluded.holder")}) OR {_MINE}
+       OR (c.holder IS NOT NULL AND {{takeover}})
     RETURNING {_COLUMNS}
 )
 SELECT cas.*, me.pid AS session_pid, me.locked,
@@ -116,13 +122,13 @@ LEFT JOIN pg_locks l ON l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
     AND {_KEY} = $2 AND l.database = {_THIS_DATABASE}
 LEFT JOIN pg_stat_activity a ON a.pid = l.pid
 """
-# $1 election, $2 node id, $3 instance, $4 term, $5 channel. It commits on its own, before
-# the lock is freed (UNLOCK, the next statement): a standby granted the lock never reads
-# the row as it was before the release.
-RELEASE = """
+# $1 election, $2 node id, $3 instance, $4 term, $5 channel, $6 reserved for ('': none), $7
+# its seconds. It commits on its own, before the lock is freed (UNLOCK, the next statement):
+# a standby granted the lock never reads the row as it was before the release.
+RELEASE = f"""
 WITH r AS (
-    UPDATE {t} AS c SET holder = NULL, instance = '', address = '', released_at = now(),
-        version = c.version + 1
+    UPDATE {{t}} AS c SET holder = NULL, instance = '', address = '', released_at = now(),
+        version = c.version + 1, {RESERVE}
     WHERE election = $1 AND holder = $2 AND instance = $3 AND term = $4
     RETURNING term
 )

@@ -19,7 +19,10 @@ Contract shared by every backend (the contract test suite checks it):
   holder again after its lease expired or was released), and is at least the
   ``min_term`` the engine asks for (its high-water mark + 1); a renewal keeps it.
   Terms are stored durably, so they survive release and restarts, and never decrease.
-* Release expires the row in place: the holder is cleared, the term is kept.
+* Release expires the row in place: the holder is cleared, the term is kept. A release
+  may reserve the free lease for one named node id for one ttl on the backend's clock (a
+  hand-over to a chosen standby): until then only that node id may acquire it, and every
+  acquisition clears the reservation (docs/algorithm.md, "Hand-over to a chosen standby").
 * Driver exceptions never escape: they are translated into ``BackendError``.
 """
 
@@ -91,6 +94,11 @@ class Lease:
     # Changes with every write by the holder (renewals too): the engine's proof that the
     # holder is still alive. Opaque; "" when free.
     version: str = ""
+    # A free lease reserved for this node id by its last holder's release; "" when none or
+    # once the reservation has lapsed on the backend's clock.
+    reserved_for: str = ""
+    # Seconds the reservation lasts, judged by the backend's clock; 0 without one.
+    reserved_in: float = 0.0
 
     def held_by(self, candidate: Candidate) -> bool:
         """The lease is this very process's (node id and instance) and not expired."""
@@ -107,6 +115,10 @@ class Lease:
             and self.instance != candidate.instance
             and not self.expired
         )
+
+    def reserved_against(self, candidate: Candidate) -> bool:
+        """Free, but reserved for another node id: this candidate may not acquire it yet."""
+        return self.holder is None and self.reserved_for not in ("", candidate.node_id)
 
     @property
     def expired(self) -> bool:
@@ -133,6 +145,12 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def description(self) -> str:
         """The backend's URL with any password removed, safe to log and serve."""
+
+    @property
+    def hands_over(self) -> bool:
+        """Whether a release may reserve the lease for another node (False for static://,
+        where no other node can ever hold it)."""
+        return True
 
     @abc.abstractmethod
     async def open(self, elections: Sequence[str]) -> None:
@@ -165,7 +183,8 @@ class Backend(abc.ABC):
 
         1. it already holds it (same node id and instance): a renewal, the term is kept
            (if the backend had expired it meanwhile, it is an acquisition);
-        2. the lease is free (never held, or released): an acquisition;
+        2. the lease is free (never held, or released) and not reserved for another node
+           id (``Lease.reserved_against``): an acquisition, which ends any reservation;
         3. another holder's lease is expired by the backend's clock *and* its current
            ``version`` equals ``takeover`` (what the engine watched for one ttl): an
            acquisition. With ``takeover=""`` an unreleased lease is never taken.
@@ -181,12 +200,22 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def release(self, election: str, candidate: Candidate, term: int) -> None:
+    async def release(
+        self,
+        election: str,
+        candidate: Candidate,
+        term: int,
+        *,
+        reserve_for: str = "",
+        ttl: float = 0.0,
+    ) -> None:
         """Expire the lease in place if ``candidate`` (node id and instance) holds it with
         ``term``, even if the backend already judged it expired; else no-op.
 
-        The term is kept. Wake the other nodes' ``wait_for_change`` (NOTIFY, ...),
-        so a standby takes over at once instead of after its polling period.
+        With ``reserve_for``, the free lease is reserved for that node id for ``ttl``
+        seconds of the backend's clock, in the same atomic write. The term is kept. Wake
+        the other nodes' ``wait_for_change`` (NOTIFY, ...), so a standby takes over at once
+        instead of after its polling period (and, at the reservation's end, every one).
         """
 
     @abc.abstractmethod

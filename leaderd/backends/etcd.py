@@ -167,7 +167,15 @@ class EtcdBackend(Backend):
             fresh = True  # each path ends with what etcd has just said
         raise BackendUnavailable(f"acquiring election {election}: lost three races")
 
-    async def release(self, election: str, candidate: Candidate, term: int) -> None:
+    async def release(
+        self,
+        election: str,
+        candidate: Candidate,
+        term: int,
+        *,
+        reserve_for: str = "",
+        ttl: float = 0.0,
+    ) -> None:
         state = self._states.get(election)
         if state is None or not _mine(state, candidate):
             state = await self._read(election, _DEFAULT_TIMEOUT)

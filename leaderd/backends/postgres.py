@@ -30,6 +30,7 @@ import asyncpg
 from .base import Backend, BackendUnavailable, Candidate, Lease
 from .pgconn import Closer, Deadline, close_quietly, connect, ensure_table, request, version_sql
 from .pglisten import Listener, notify_channel
+from .pgreservation import CLEAR, COLUMNS, RESERVE, released_lease, reservation_sql, reserved_sql
 from .pgsettings import PgSettings
 
 _SCHEMA = """
@@ -42,15 +43,22 @@ CREATE TABLE IF NOT EXISTS {t} (
     acquired_at timestamptz,                  -- start of the current holder's term
     renewed_at  timestamptz,
     expires_at  timestamptz NOT NULL,         -- server clock; over once <= now()
-    version     bigint NOT NULL DEFAULT 0     -- +1 on every write, renewals too
+    version     bigint NOT NULL DEFAULT 0,    -- +1 on every write, renewals too
+    reserved_for   text,                      -- released for this node id only ...
+    reserved_until timestamptz                -- ... until then (server clock)
 )
 """
 # Columns an older leaderd's table lacks (added on open).
-_UPGRADE = {"instance": "text NOT NULL DEFAULT ''", "version": "bigint NOT NULL DEFAULT 0"}
+_UPGRADE = {
+    "instance": "text NOT NULL DEFAULT ''",
+    "version": "bigint NOT NULL DEFAULT 0",
+    **COLUMNS,
+}
 
 _LEASE_COLUMNS = f"""
     l.holder, l.instance, l.address, l.term, l.acquired_at, {version_sql("l")} AS version,
-    GREATEST(0, extract(epoch FROM l.expires_at - now()))::float8 AS expires_in"""
+    GREATEST(0, extract(epoch FROM l.expires_at - now()))::float8 AS expires_in,
+    {reservation_sql("l")}"""
 
 _MINE = "(l.holder = excluded.holder AND l.instance = excluded.instance)"
 # $1 election, $2 node id, $3 instance, $4 address, $5 ttl seconds, $6 channel,
@@ -67,9 +75,10 @@ WITH cas AS (
         acquired_at = CASE WHEN {_MINE} AND l.expires_at > now()
                            THEN l.acquired_at ELSE now() END,
         holder = excluded.holder, instance = excluded.instance, address = excluded.address,
-        renewed_at = now(), expires_at = excluded.expires_at, version = l.version + 1
-    WHERE l.holder IS NULL OR {_MINE}
-       OR (l.expires_at <= now() AND {version_sql("l")} = $7::text)
+        renewed_at = now(), expires_at = excluded.expires_at, version = l.version + 1,
+        {CLEAR}
+    WHERE (l.holder IS NULL AND NOT {reserved_sql("l", "excluded.holder")}) OR {_MINE}
+       OR (l.holder IS NOT NULL AND l.expires_at <= now() AND {version_sql("l")} = $7::text)
     RETURNING {{cols}}
 )
 SELECT *, CASE WHEN acquired_at = now()
@@ -81,11 +90,12 @@ SELECT {{cols}}, NULL FROM {{t}} AS l WHERE election = $1 AND NOT EXISTS (SELECT
 
 _OBSERVE = "SELECT {cols} FROM {t} AS l WHERE election = $1"
 
-# $1 election, $2 node id, $3 instance, $4 term, $5 channel.
-_RELEASE = """
+# $1 election, $2 node id, $3 instance, $4 term, $5 channel, $6 reserved for ('': none),
+# $7 the reservation's seconds.
+_RELEASE = f"""
 WITH released AS (
-    UPDATE {t} AS l SET holder = NULL, instance = '', address = '', renewed_at = now(),
-        expires_at = now(), version = l.version + 1
+    UPDATE {{t}} AS l SET holder = NULL, instance = '', address = '', renewed_at = now(),
+        expires_at = now(), version = l.version + 1, {RESERVE}
     WHERE election = $1 AND holder = $2 AND instance = $3 AND term = $4
     RETURNING election, term
 )
@@ -157,17 +167,20 @@ class PostgresLeaseBackend(Backend):
             # A concurrent first INSERT won, after this statement's snapshot: read again.
         raise BackendUnavailable(f"acquiring the lease on {self.description}: lost three races")
 
-    async def release(self, election: str, candidate: Candidate, term: int) -> None:
-        await self._request(
-            "releasing the lease",
-            _DEFAULT_TIMEOUT,
-            self._sql_release,
-            election,
-            candidate.node_id,
-            candidate.instance,
-            term,
-            self._listener.channel,
-        )
+    async def release(
+        self,
+        election: str,
+        candidate: Candidate,
+        term: int,
+        *,
+        reserve_for: str = "",
+        ttl: float = 0.0,
+    ) -> None:
+        me = candidate
+        args = (election, me.node_id, me.instance, term, self._listener.channel)
+        reservation = (reserve_for, float(ttl) if reserve_for else 0.0)
+        await self._request("releasing the lease", _DEFAULT_TIMEOUT, self._sql_release,
+                            *args, *reservation)  # fmt: skip
 
     async def wait_for_change(self, election: str, timeout: float) -> None:
         await self._listener.wait(election, timeout)
@@ -248,7 +261,7 @@ def _lease(election: str, row: Any) -> Lease:
     if row is None:  # never held
         return Lease(election, None, "", 0, None, None)
     if row["holder"] is None:  # released: the term is kept
-        return Lease(election, None, "", int(row["term"]), None, None)
+        return released_lease(election, row)
     return Lease(
         election,
         row["holder"],

@@ -55,7 +55,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _TRANSIENT_CODES = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR}
 _TRANSIENT_CODES |= {sqlite3.SQLITE_FULL, sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_INTERRUPT}
 
-_Row = tuple[str | None, str, str, int, str | None, str, float, int]
+_Row = tuple[str | None, str, str, int, str | None, str, float, int, str | None, float]
 
 
 class SQLiteBackend(Backend):
@@ -157,7 +157,15 @@ class SQLiteBackend(Backend):
             self._dirty = False
         return self._lease(election, row, now)
 
-    async def release(self, election: str, candidate: Candidate, term: int) -> None:
+    async def release(
+        self,
+        election: str,
+        candidate: Candidate,
+        term: int,
+        *,
+        reserve_for: str = "",
+        ttl: float = 0.0,
+    ) -> None:
         async with self._request("release", self._busy_timeout) as conn:
             params = {
                 "election": election,
@@ -166,6 +174,8 @@ class SQLiteBackend(Backend):
                 "term": term,
                 "wall": _iso(time.time()),
                 "now": boottime(),
+                "reserve_for": reserve_for,
+                "reserve_ttl": ttl if reserve_for else 0.0,
             }
             # A single autocommit UPDATE: its commit bumps data_version, which wakes standbys.
             await conn.execute(RELEASE.format(table=self.table), params)
@@ -284,7 +294,9 @@ class SQLiteBackend(Backend):
         else:
             lease = _lease(election, row, now, self._boot_id)
             self._foreign.check(election, row[5], row[7], self._boot_id)
-        lapse = None if not lease.expires_in else now + lease.expires_in
+        # A holder's lease lapsing, or a reservation ending, is a change waiters must hear of.
+        left = lease.expires_in or lease.reserved_in
+        lapse = None if not left else now + left
         self._seen[election] = (_holding(lease), lapse)
         return lease
 
@@ -312,9 +324,22 @@ def _holding(lease: Lease) -> tuple[str | None, str, int]:
 
 
 def _lease(election: str, row: _Row, now: float, my_boot_id: str) -> Lease:
-    holder, instance, address, term, acquired_at, row_boot_id, expires, version = row
+    holder, instance, address, term, acquired_at, row_boot_id, expires, version = row[:8]
+    reserved_for, reserved_until = row[8], row[9]
     if holder is None:
-        return Lease(election, None, "", term, None, None, version=str(version))
+        # A reservation made on another boot cannot be timed on ours: it has lapsed.
+        reserved = bool(reserved_for) and row_boot_id == my_boot_id and reserved_until > now
+        return Lease(
+            election,
+            None,
+            "",
+            term,
+            None,
+            None,
+            version=str(version),
+            reserved_for=str(reserved_for) if reserved else "",
+            reserved_in=reserved_until - now if reserved else 0.0,
+        )
     # Another boot's clock cannot be read on ours: its lease counts as expired, not free.
     live = row_boot_id == my_boot_id and expires > now
     acquired = dt.datetime.fromisoformat(acquired_at) if acquired_at else None

@@ -11,7 +11,7 @@ import aiosqlite
 
 from ..clock import boottime
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 CREATE = """
 CREATE TABLE IF NOT EXISTS {table} (
@@ -25,14 +25,28 @@ CREATE TABLE IF NOT EXISTS {table} (
     expires_at       TEXT,
     boot_id          TEXT NOT NULL DEFAULT '',
     expires_boottime REAL NOT NULL DEFAULT 0,
-    version          INTEGER NOT NULL DEFAULT 0
+    version          INTEGER NOT NULL DEFAULT 0,
+    reserved_for     TEXT,
+    reserved_until   REAL NOT NULL DEFAULT 0
 )"""
+# Columns added since schema 1, with their definitions (schema 2: instance, version;
+# schema 3: the reservation of a released lease for one node id).
+_ADDED = {
+    "instance": "TEXT NOT NULL DEFAULT ''",
+    "version": "INTEGER NOT NULL DEFAULT 0",
+    "reserved_for": "TEXT",
+    "reserved_until": "REAL NOT NULL DEFAULT 0",
+}
 SELECT = """
-SELECT holder, instance, address, term, acquired_at, boot_id, expires_boottime, version
+SELECT holder, instance, address, term, acquired_at, boot_id, expires_boottime, version,
+       reserved_for, reserved_until
 FROM {table} WHERE election = ?"""
 # live: the stored lease has not lapsed on this boot's CLOCK_BOOTTIME.
 LIVE = "(holder IS NOT NULL AND boot_id = :boot_id AND expires_boottime > :now)"
 MINE = "(holder = :holder AND instance = :instance)"
+# reserved: a released lease still reserved for another node id on this boot's clock.
+RESERVED = """(reserved_for IS NOT NULL AND reserved_for <> :holder AND boot_id = :boot_id
+    AND reserved_until > :now)"""
 CAS = f"""
 INSERT INTO {{table}} (election, holder, instance, address, term, acquired_at, renewed_at,
                        expires_at, boot_id, expires_boottime, version)
@@ -43,11 +57,14 @@ ON CONFLICT (election) DO UPDATE SET
     acquired_at = CASE WHEN {MINE} AND {LIVE} THEN acquired_at ELSE :wall END,
     holder = :holder, instance = :instance, address = :address, renewed_at = :wall,
     expires_at = :expires_at, boot_id = :boot_id, expires_boottime = :expires,
-    version = version + 1
-WHERE holder IS NULL OR {MINE} OR (NOT {LIVE} AND version = :takeover)"""
+    version = version + 1, reserved_for = NULL, reserved_until = 0
+WHERE (holder IS NULL AND NOT {RESERVED}) OR {MINE}
+   OR (holder IS NOT NULL AND NOT {LIVE} AND version = :takeover)"""
+# The holder's own row, so its boot id is this host's: the reservation's clock.
 RELEASE = """
 UPDATE {table} SET holder = NULL, instance = '', address = '', expires_at = :wall,
-    expires_boottime = :now, version = version + 1
+    expires_boottime = :now, version = version + 1,
+    reserved_for = NULLIF(:reserve_for, ''), reserved_until = :now + :reserve_ttl
 WHERE election = :election AND holder = :holder AND instance = :instance AND term = :term"""
 # A new file's terms start at the wall clock in milliseconds, above any term a file it
 # replaces could have granted: a deleted lease file never restarts terms at 1.
@@ -113,13 +130,13 @@ async def _table_exists(conn: aiosqlite.Connection, table: str) -> bool:
 
 
 async def _migrate(conn: aiosqlite.Connection, table: str) -> None:
-    """Schema 1 -> 2: instance and version columns; expiry moves to CLOCK_BOOTTIME."""
+    """Schema 1 -> 2: instance and version columns; expiry moves to CLOCK_BOOTTIME.
+    Schema 2 -> 3: the reservation columns (none is reserved: NULL, 0)."""
     async with conn.execute(f"PRAGMA table_info({table})") as cursor:
         columns = {str(row[1]) for row in await cursor.fetchall()}
-    if "instance" not in columns:
-        await conn.execute(f"ALTER TABLE {table} ADD COLUMN instance TEXT NOT NULL DEFAULT ''")
-    if "version" not in columns:
-        await conn.execute(f"ALTER TABLE {table} ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
+    for column, definition in _ADDED.items():
+        if column not in columns:
+            await conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
     if "expires_mono" in columns:
         # A live lease keeps its remaining time: monotonic deadline + (boottime - monotonic).
         await conn.execute(f"ALTER TABLE {table} RENAME COLUMN expires_mono TO expires_boottime")

@@ -51,6 +51,10 @@ class StaticBackend(Backend):
     def description(self) -> str:
         return f"static://{self.term_file or ''}"
 
+    @property
+    def hands_over(self) -> bool:
+        return False  # this node always leads: no standby can take a reserved lease
+
     async def open(self, elections: Sequence[str]) -> None:
         terms = self._load_terms()
         for election in elections:
@@ -88,9 +92,18 @@ class StaticBackend(Backend):
             self._wake(election)
         return lease
 
-    async def release(self, election: str, candidate: Candidate, term: int) -> None:
+    async def release(
+        self,
+        election: str,
+        candidate: Candidate,
+        term: int,
+        *,
+        reserve_for: str = "",
+        ttl: float = 0.0,
+    ) -> None:
         lease = await self.observe(election)
         if lease.held_by(candidate) and lease.term == term:
+            # No reservation: no other node can ever ask (the API refuses resign?to=).
             self._leases[election] = _free(election, term=term)
             self._wake(election)
 

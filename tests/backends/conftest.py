@@ -47,6 +47,8 @@ DURABLE = "durable"  # terms survive closing every instance and opening a new on
 # An expired, unreleased lease still names its holder and is taken over only by naming its
 # version (DESIGN §1.3); backends whose expiry is a release (a session's end) lack it.
 TAKEOVER = "takeover"
+# A release may reserve the free lease for one node id for one ttl (a hand-over).
+HANDOVER = "handover"
 
 
 async def expire_by_ttl(store: Store, holder: Backend, election: str) -> Backend:
@@ -161,6 +163,7 @@ async def _sqlite(request: pytest.FixtureRequest) -> str:
         DURABLE: "static:// without a term file keeps terms in memory (tests/backends)",
         TTL: "static leases have no ttl",
         TAKEOVER: "static leases never expire",
+        HANDOVER: "static:// has one node: no standby to hand over to",
     },
 )
 async def _static(request: pytest.FixtureRequest) -> str:
@@ -171,7 +174,8 @@ async def _static(request: pytest.FixtureRequest) -> str:
     "static-with-term-file",
     single_instance=True,
     lacks={EXPIRY: "static leases never expire", TTL: "static leases have no ttl",
-           TAKEOVER: "static leases never expire"},
+           TAKEOVER: "static leases never expire",
+           HANDOVER: "static:// has one node: no standby to hand over to"},
 )  # fmt: skip
 async def _static_term_file(request: pytest.FixtureRequest) -> str:
     tmp_path = request.getfixturevalue("tmp_path")

@@ -43,6 +43,8 @@ COLUMNS = [
     "boot_id",
     "expires_boottime",
     "version",
+    "reserved_for",
+    "reserved_until",
 ]
 
 

@@ -81,6 +81,8 @@ class Row:
     acquired_at: dt.datetime | None = None
     expires_at: float = 0.0
     version: int = 0
+    reserved_for: str = ""
+    reserved_until: float = 0.0
 
 
 class LeaseStore:
@@ -94,7 +96,10 @@ class LeaseStore:
     def lease(self, election: str) -> Lease:
         row = self.rows.setdefault(election, Row())
         if row.holder is None:
-            return Lease(election, None, "", row.term, None, None)
+            left = row.reserved_until - self.clock.now()
+            to = row.reserved_for if left > 0 else ""
+            return Lease(election, None, "", row.term, None, None, reserved_for=to,
+                         reserved_in=left if to else 0.0)  # fmt: skip
         expires_in = max(0.0, row.expires_at - self.clock.now())
         return Lease(
             election,
@@ -124,19 +129,26 @@ class LeaseStore:
         expired = row.holder is not None and now >= row.expires_at
         if mine and not expired:
             row.expires_at, row.version = now + ttl, row.version + 1
-        elif row.holder is None or mine or (expired and takeover == str(row.version)):
+        elif (
+            (row.holder is None and not self.lease(election).reserved_against(candidate))
+            or mine
+            or (expired and takeover == str(row.version))
+        ):
             row.holder, row.instance = candidate.node_id, candidate.instance
             row.address, row.term = candidate.address, max(row.term + 1, min_term)
             row.acquired_at, row.expires_at = self.clock.wall(), now + ttl
-            row.version += 1
+            row.version, row.reserved_for = row.version + 1, ""
             self._wake()
         return self.lease(election)
 
-    def release(self, election: str, candidate: Candidate, term: int) -> None:
+    def release(
+        self, election: str, candidate: Candidate, term: int, reserve_for: str = "", ttl: float = 0
+    ) -> None:
         row = self.rows.setdefault(election, Row())
         mine = row.holder == candidate.node_id and row.instance == candidate.instance
         if mine and row.term == term:
             row.holder, row.instance, row.address, row.acquired_at = None, "", "", None
+            row.reserved_for, row.reserved_until = reserve_for, self.clock.now() + ttl
             row.version += 1
             self._wake()
 
@@ -228,10 +240,20 @@ class RecordingBackend(Backend):
             await self.store.clock.sleep_until(until)
         return lease
 
-    async def release(self, election: str, candidate: Candidate, term: int) -> None:
-        self._enter("release", election, candidate.node_id, term)
+    async def release(
+        self,
+        election: str,
+        candidate: Candidate,
+        term: int,
+        *,
+        reserve_for: str = "",
+        ttl: float = 0.0,
+    ) -> None:
+        self._enter(
+            "release", election, candidate.node_id, term, *[reserve_for][: bool(reserve_for)]
+        )
         await self._hang(None)
-        self.store.release(election, candidate, term)
+        self.store.release(election, candidate, term, reserve_for, ttl)
 
     async def wait_for_change(self, election: str, timeout: float) -> None:
         self._record("wait_for_change", (election, timeout))

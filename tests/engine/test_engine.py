@@ -26,6 +26,7 @@ TIMING = Timing(ttl=15, renew_interval=5, retry_interval=2, clock_drift=0.01, sa
 WINDOW = TIMING.lease_window  # 14.65: t_send + WINDOW is the self-fence deadline
 A = Candidate("node-a", "10.0.0.1:8080")
 B = Candidate("node-b", "10.0.0.2:8080")
+C = Candidate("node-c", "10.0.0.3:8080")
 LEADER, FOLLOWER, UNKNOWN, STOPPED = Role.LEADER, Role.FOLLOWER, Role.UNKNOWN, Role.STOPPED
 
 
@@ -186,9 +187,10 @@ class LoseRace:
 class Resign:
     cooldown: float
     node: str = "node-a"
+    to: str = ""
 
     async def __call__(self, w: World) -> None:
-        w.election(self.node).resign(self.cooldown)
+        w.election(self.node).resign(self.cooldown, self.to)
 
 
 @dataclass
@@ -536,6 +538,50 @@ TWO_NODES: dict[str, list[Step]] = {
         Expect(FOLLOWER, "node-b", term=2, node="node-a"),
     ],
 }
+
+
+# node-a leads, node-b and node-c follow; node-a hands over to node-c.
+HAND_OVER = [Round("node-a"), Round("node-b"), Round("node-c"), Resign(0, "node-a", to="node-c")]
+THREE_NODES: dict[str, list[Step]] = {
+    "hand-over: only the named standby acquires, with term + 1, at once": [
+        *HAND_OVER,
+        Round("node-a"),
+        Calls(["acquire_or_renew", "release", "acquire_or_renew"]),
+        Round("node-b"),
+        Delay(TIMING.retry_interval),  # reserved for node-c: asked again, never jittered
+        Expect(FOLLOWER, None, term=1, node="node-b"),
+        Round("node-c"),
+        Expect(LEADER, "node-c", term=2, node="node-c"),
+        Round("node-a"),
+        Round("node-b"),
+        Expect(FOLLOWER, "node-c", term=2, node="node-b"),
+        Expect(FOLLOWER, "node-c", term=2, node="node-a"),
+    ],
+    "hand-over to a standby that never asks: after one ttl another acquires": [
+        *HAND_OVER,
+        Round("node-a"),  # released, reserved for node-c, which is stopped
+        Round("node-b"),
+        Advance(TIMING.ttl - 0.01),
+        Round("node-b"),
+        Round("node-a"),  # cooldown 0: the old leader campaigns too, and is refused
+        Expect(FOLLOWER, None, term=1, node="node-b"),
+        Expect(FOLLOWER, None, term=1, node="node-a"),
+        Delay(0.01),  # the next round falls when the reservation ends
+        Advance(0.01),
+        Round("node-b"),
+        Expect(LEADER, "node-b", term=2, node="node-b"),
+    ],
+}
+
+
+@pytest.mark.parametrize("steps", THREE_NODES.values(), ids=THREE_NODES.keys())
+async def test_three_nodes_table(steps: list[Step]) -> None:
+    world = World()
+    for candidate in (A, B, C):
+        world.add(candidate)
+    for step in steps:
+        await step(world)
+        assert len([e for e, _ in world.nodes.values() if e.status().is_leader]) <= 1
 
 
 @pytest.mark.parametrize("steps", TWO_NODES.values(), ids=TWO_NODES.keys())

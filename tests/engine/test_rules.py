@@ -28,6 +28,20 @@ def free(term: int) -> Lease:
     return Lease("default", None, "", term, None, None)
 
 
+def reserved(term: int, to: Candidate, reserved_in: float) -> Lease:
+    return Lease("default", None, "", term, None, None, reserved_for=to.node_id,
+                 reserved_in=reserved_in)  # fmt: skip
+
+
+def handing_over(n: Node) -> Node:
+    """node-a led with term 1, resigned to node-x, and released reserving the lease for it."""
+    leading(n)
+    n.s.resign(n.t, 30, to=X.node_id)
+    assert n.s.term_to_release() == 1 and n.s.reservation_due() == X.node_id
+    n.s.on_reserved(X.node_id, 1)
+    return n
+
+
 class Node:
     """One ElectionState driven by hand: each answer is sent at ``t`` and read at once."""
 
@@ -207,7 +221,55 @@ def row17(n: Node) -> None:
     assert not n.s.request(n.t).campaigning
 
 
-ROWS: dict[str, Callable[[Node], None]] = {f"row {i}": globals()[f"row{i}"] for i in range(1, 18)}
+def row18(n: Node) -> None:
+    leading(n)
+    previous = n.s.view(n.t)
+    n.s.resign(n.t, 30, to=X.node_id)
+    view = n.s.view(n.t)
+    assert (view.role, view.leader) == (Role.FOLLOWER, None)
+    assert n.s.sentence(previous, view, n.t) == (
+        "stepping down from election default, term 1: resigned, handing over to node-x"
+    )
+    assert n.s.term_to_release() == 1
+    assert n.s.reservation_due() == X.node_id and n.s.reservation_due() == ""  # once
+
+
+def row19(n: Node) -> None:
+    n.answer(held(X, 4))
+    delay = n.at(1).answer(reserved(4, X, reserved_in=9.0))
+    view = n.s.view(n.t)
+    assert (view.role, view.leader) == (Role.FOLLOWER, None)
+    assert view.why == "the lease is reserved for node-x (a hand-over)"
+    assert delay == T.retry_interval and n.s.watched is None and n.s.request(n.t).takeover == ""
+    # Asked again the moment the reservation ends, not after a free lease's renew_interval.
+    assert n.at(2).answer(reserved(4, X, reserved_in=0.7)) == pytest.approx(0.7)
+    # Reserved for this very node: free to it, like row 8.
+    assert n.answer(reserved(4, ME, reserved_in=9.0)) >= T.renew_interval
+
+
+def row20(n: Node) -> None:
+    handing_over(n)
+    n.at(0.1).answer(reserved(1, X, reserved_in=14.9))
+    assert n.notes == []  # the reservation lasts: no outcome yet
+    n.at(0.1).answer(held(X, 2))
+    assert [(note.event, note.sentence) for note in n.notes] == [
+        ("handed_over", "handed election default over to node-x, term 2")
+    ]
+    n.at(2).answer(held(X, 2))
+    assert n.notes == []  # told once
+
+
+def row21(n: Node) -> None:
+    handing_over(n)
+    n.at(15).answer(free(1))
+    assert [note.event for note in n.notes] == ["handover_lapsed"]
+    assert n.notes[0].sentence.startswith("election default: node-x did not take the lease")
+    assert n.notes[0].sentence.endswith("any standby may take it")
+    n.at(5).answer(free(1))
+    assert n.notes == []  # told once
+
+
+ROWS: dict[str, Callable[[Node], None]] = {f"row {i}": globals()[f"row{i}"] for i in range(1, 22)}
 
 
 @pytest.mark.parametrize("row", ROWS.values(), ids=ROWS.keys())
@@ -221,4 +283,4 @@ def test_every_row_of_the_documented_table_has_a_case() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "algorithm.md").read_text()
     table = doc[doc.index("| # | state |") :].split("\n\n")[0]
     numbers = [line.split("|")[1].strip() for line in table.splitlines()[2:]]
-    assert numbers == [str(i) for i in range(1, 18)]
+    assert numbers == [str(i) for i in range(1, 22)]

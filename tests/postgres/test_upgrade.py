@@ -66,7 +66,9 @@ async def test_an_old_advisory_table_gains_instance_session_start_and_version(
             "FROM information_schema.columns WHERE table_name = $1",
             t,
         )
-        assert {"instance", "backend_start", "version"} <= set(columns)
+        assert {"instance", "backend_start", "version", "reserved_for", "reserved_until"} <= set(
+            columns
+        )
 
 
 async def test_an_upgrade_the_role_may_not_make_is_fatal_and_says_what_to_run(

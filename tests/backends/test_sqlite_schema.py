@@ -1,0 +1,55 @@
+"""The SQLite lease table's schema versions: a schema-2 file is upgraded to 3 in place."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from leaderd.backends import Candidate
+from leaderd.backends.sqlite import SQLiteBackend
+from leaderd.backends.sqlite_schema import SCHEMA_VERSION
+
+from .conftest import ELECTIONS, LONG_TTL
+
+E = "default"
+A, B, C = Candidate("node-a"), Candidate("node-b"), Candidate("node-c")
+
+# The table as leaderd wrote it at schema 2 (before reservations), with a released lease.
+SCHEMA_2 = """
+CREATE TABLE leaderd_lease (
+    election TEXT PRIMARY KEY, holder TEXT, instance TEXT NOT NULL DEFAULT '',
+    address TEXT NOT NULL DEFAULT '', term INTEGER NOT NULL DEFAULT 0, acquired_at TEXT,
+    renewed_at TEXT, expires_at TEXT, boot_id TEXT NOT NULL DEFAULT '',
+    expires_boottime REAL NOT NULL DEFAULT 0, version INTEGER NOT NULL DEFAULT 0);
+INSERT INTO leaderd_lease (election, holder, term, version) VALUES ('default', NULL, 7, 3);
+PRAGMA user_version = 2;
+"""
+
+
+async def test_a_schema_2_file_gains_the_reservation_columns_and_keeps_its_terms(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(SCHEMA_2)
+    backends = [SQLiteBackend.from_url(f"sqlite://{path}") for _ in range(3)]
+    try:
+        for backend in backends:
+            await backend.open(ELECTIONS)
+        a, b, c = backends
+        mine = await a.acquire_or_renew(E, A, LONG_TTL, timeout=10)
+        assert mine.held_by(A) and mine.term == 8  # the old file's term, plus one
+        await a.release(E, A, mine.term, reserve_for=C.node_id, ttl=LONG_TTL)
+        assert not (await b.acquire_or_renew(E, B, LONG_TTL, timeout=10)).held_by(B)
+        assert (await c.acquire_or_renew(E, C, LONG_TTL, timeout=10)).term == 9
+    finally:
+        for backend in backends:
+            await backend.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(leaderd_lease)")]
+        assert columns[-2:] == ["reserved_for", "reserved_until"]
+        row = conn.execute(
+            "SELECT holder, reserved_for FROM leaderd_lease WHERE election = ?", (E,)
+        )
+        assert row.fetchone() == ("node-c", None)  # the acquisition ended the reservation
