@@ -32,28 +32,27 @@ import orjson
 
 from .base import Backend, BackendError, BackendUnavailable, Candidate, Lease
 from .etcd_gateway import EtcdClient, EtcdError, EtcdSettings, b64, prefix_end, unb64
+from .etcd_keys import (
+    NO_RESERVATION,
+    Holder,
+    Reservation,
+    compare,
+    reservation,
+    revision_of,
+    to_int,
+    when,
+)
+from .etcd_keys import holder as holder_of
 from .etcd_watch import PrefixWatch
 
 log = logging.getLogger(__name__)
 
 _DEFAULT_TIMEOUT = 5.0  # observe and release have no timeout argument
 _LEASE_NOT_FOUND = 5  # gRPC NOT_FOUND: "etcdserver: requested lease not found"
+_LESSOR_SWEEP = 0.5  # how often etcd's lessor deletes the keys of expired leases
 _SLOW = 0.9  # the slowest rate a clock may run at against another's (clock_drift < 0.1)
 # A spare with < _FRESH ttl left is kept alive with the transaction; < _TEND, by a round.
 _FRESH, _TEND = 0.75, 0.8
-
-
-@dataclass(frozen=True)
-class _Holder:
-    """The leader key: its JSON value, and what etcd says of it."""
-
-    node_id: str
-    address: str
-    instance: str
-    term: int
-    acquired_at: str  # ISO 8601, the acquiring host's wall clock: for display only
-    lease: int  # the etcd lease the key is attached to
-    created: int  # the key's create revision: names this holder's tenure
 
 
 @dataclass(frozen=True)
@@ -61,9 +60,13 @@ class _State:
     """One election as etcd showed it at ``revision``."""
 
     revision: int
-    holder: _Holder | None
+    holder: Holder | None
     term: int
     term_modified: int  # the term key's mod revision, 0 while it does not exist
+    reserved: Reservation = NO_RESERVATION  # a hand-over's, while its lease lasts
+
+    def reserved_against(self, me: Candidate) -> bool:
+        return self.holder is None and self.reserved.node_id not in ("", me.node_id)
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,7 @@ class EtcdBackend(Backend):
     async def observe(self, election: str) -> Lease:
         state = await self._read(election, _DEFAULT_TIMEOUT)
         if state.holder is None:
-            return self._answer(election, state, None)
+            return await self._reserved_answer(election, state, _DEFAULT_TIMEOUT)
         body = {"ID": state.holder.lease}
         lease = await self._call("/v3/kv/lease/timetolive", body, _DEFAULT_TIMEOUT, "reading it")
         return self._answer(election, state, max(0.0, float(lease.get("TTL", -1))))  # -1: gone
@@ -156,6 +159,8 @@ class EtcdBackend(Backend):
             # was freed, or our own, go straight to their transaction or keepalive.
             if state is None or not (fresh or state.holder is None or _mine(state, candidate)):
                 state = await self._look(ask)
+            if state.reserved_against(candidate):
+                return await self._reserved_answer(election, await self._look(ask), ask.left())
             if state.holder is None:
                 state, lease = await self._acquire(ask, state)
             elif _mine(state, candidate):
@@ -183,11 +188,15 @@ class EtcdBackend(Backend):
         if holder is None or not _mine(state, candidate) or holder.term != term:
             return
         key = b64(self._key(election))
-        body = {"compare": [_compare(key, "CREATE", holder.created)],
-                "success": [{"request_delete_range": {"key": key}}]}  # fmt: skip
+        success: list[dict[str, Any]] = [{"request_delete_range": {"key": key}}]
+        if reserve_for:  # the reserved key lives under a lease of its own: one ttl
+            granted = await self._grant_lease(ttl, _DEFAULT_TIMEOUT)
+            reserved = {"key": b64(self._reserved_key(election)), "value": b64(reserve_for)}
+            success.append({"request_put": {**reserved, "lease": granted[0]}})
+        body = {"compare": [compare(key, "CREATE", holder.created)], "success": success}
         answer = await self._call("/v3/kv/txn", body, _DEFAULT_TIMEOUT, "releasing the lease")
         if answer.get("succeeded"):
-            self._remember(election, replace(state, revision=_revision(answer), holder=None))
+            self._remember(election, replace(state, revision=revision_of(answer), holder=None))
             # The lease outlives its key: it is the spare of this node's next acquisition.
             self._spares[election] = _Spare(holder.lease, 1, -math.inf)  # ttl: a keepalive says
 
@@ -214,13 +223,20 @@ class EtcdBackend(Backend):
         value = {"node_id": me.node_id, "address": me.address, "instance": me.instance,
                  "term": term, "acquired_at": now}  # fmt: skip
         key, term_key = b64(self._key(ask.election)), b64(self._term_key(ask.election))
+        reserved_key = b64(self._reserved_key(ask.election))
         body = {
-            "compare": [_compare(key, "CREATE", 0), _compare(term_key, "MOD", state.term_modified)],
+            # The reservation is as read: none, or this node's (which the acquisition ends).
+            "compare": [
+                compare(key, "CREATE", 0),
+                compare(term_key, "MOD", state.term_modified),
+                compare(reserved_key, "CREATE", state.reserved.created),
+            ],
             "success": [
                 {"request_put": {"key": key, "value": b64(orjson.dumps(value)), "lease": spare.id}},
                 {"request_put": {"key": term_key, "value": b64(str(term))}},
+                {"request_delete_range": {"key": reserved_key}},
             ],
-            "failure": [{"request_range": {"key": key}}, {"request_range": {"key": term_key}}],
+            "failure": [{"request_range": {"key": k}} for k in (key, term_key, reserved_key)],
         }
         # A spare that is not fresh is kept alive with the transaction: its ttl then counts
         # from after the engine's t_send (0: it had expired). A fresh one counts what it has.
@@ -239,8 +255,8 @@ class EtcdBackend(Backend):
             if spare.ttl:
                 self._spares[ask.election] = spare
             return self._remember(ask.election, self._parse(answer)), None
-        revision = _revision(answer)
-        holder = _Holder(me.node_id, me.address, me.instance, term, now, spare.id, revision)
+        revision = revision_of(answer)
+        holder = Holder(me.node_id, me.address, me.instance, term, now, spare.id, revision)
         state = self._remember(ask.election, _State(revision, holder, term, revision))
         return state, self._answer(ask.election, state, max(0.0, spare.left()))
 
@@ -279,38 +295,47 @@ class EtcdBackend(Backend):
             return  # the round's own request says what is wrong
 
     async def _grant(self, ask: _Ask) -> _Spare:
-        sent_at, body = time.monotonic(), {"TTL": max(1, math.ceil(ask.ttl))}
-        answer = await self._call("/v3/lease/grant", body, ask.left(), "granting a lease")
-        lease, ttl = _int(answer.get("ID")), _int(answer.get("TTL"))
-        if not lease or not ttl:
-            raise BackendUnavailable(f"granting a lease: etcd answered {answer!r}")
+        sent_at = time.monotonic()
+        lease, ttl = await self._grant_lease(ask.ttl, ask.left())
         return _Spare(lease, ttl, sent_at)
+
+    async def _grant_lease(self, ttl: float, timeout: float) -> tuple[int, int]:
+        """A new etcd lease of at least ``ttl`` (whole seconds): its id and its ttl."""
+        body = {"TTL": max(1, math.ceil(ttl))}
+        answer = await self._call("/v3/lease/grant", body, timeout, "granting a lease")
+        lease, granted = to_int(answer.get("ID")), to_int(answer.get("TTL"))
+        if not lease or not granted:
+            raise BackendUnavailable(f"granting a lease: etcd answered {answer!r}")
+        return lease, granted
 
     async def _keepalive(self, lease: int, ask: _Ask) -> int:
         """The lease's ttl from now on; 0 if it has expired."""
         body = {"ID": lease}
         answer = await self._call("/v3/lease/keepalive", body, ask.left(), "renewing the lease")
-        return _int(answer.get("result", {}).get("TTL"))
+        return to_int(answer.get("result", {}).get("TTL"))
 
     # ---- reading, remembering and answering ----------------------------------------------
 
     async def _read(self, election: str, timeout: float) -> _State:
-        """Both keys of an election, in one read-only transaction (one revision)."""
-        keys = (self._key(election), self._term_key(election))
+        """The keys of an election, in one read-only transaction (one revision)."""
+        keys = (self._key(election), self._term_key(election), self._reserved_key(election))
         ranges = [{"request_range": {"key": b64(key)}} for key in keys]
         answer = await self._call("/v3/kv/txn", {"success": ranges}, timeout, "reading the lease")
         return self._remember(election, self._parse(answer))
 
     def _parse(self, answer: Any) -> _State:
-        """The leader and term keys' ranges of a transaction (missing ones read as absent)."""
+        """The leader, term and reserved keys' ranges of a transaction (missing ones read as
+        absent)."""
         kvs: list[dict[str, Any]] = [
             (r.get("response_range", {}).get("kvs") or [{}])[0] for r in answer.get("responses", [])
         ]
-        leader, term = [*kvs, {}, {}][:2]
-        holder = _holder(leader) if leader else None
-        stored = _int(unb64(term.get("value", "")).decode(errors="replace"))
-        held = holder.term if holder else 0
-        return _State(_revision(answer), holder, max(stored, held), _int(term.get("mod_revision")))
+        leader, term, reserved = [*kvs, {}, {}, {}][:3]
+        holder = holder_of(leader) if leader else None
+        stored = to_int(unb64(term.get("value", "")).decode(errors="replace"))
+        held, modified = holder.term if holder else 0, to_int(term.get("mod_revision"))
+        return _State(
+            revision_of(answer), holder, max(stored, held), modified, reservation(reserved)
+        )
 
     def _remember(self, election: str, state: _State) -> _State:
         known = self._states.get(election)
@@ -318,31 +343,48 @@ class EtcdBackend(Backend):
             self._states[election] = state
         return state
 
-    def _answer(self, election: str, state: _State, expires_in: float | None) -> Lease:
+    async def _reserved_answer(self, election: str, state: _State, timeout: float) -> Lease:
+        """A free lease, with what is left of its reservation (etcd's lessor's count)."""
+        if not state.reserved.node_id:
+            return self._answer(election, state, None)
+        body = {"ID": state.reserved.lease}
+        lease = await self._call("/v3/kv/lease/timetolive", body, timeout, "reading it")
+        # -1: expired, but its key lasts until the lessor's next sweep (its deletion is an
+        # event that wakes every waiter): reserved for a moment more.
+        left = max(float(lease.get("TTL", -1)), _LESSOR_SWEEP)
+        return self._answer(election, state, None, left)
+
+    def _answer(
+        self, election: str, state: _State, expires_in: float | None, reserved_in: float = 0.0
+    ) -> Lease:
         self._answered[election] = max(self._answered.get(election, 0), state.revision)
         holder = state.holder
         if holder is None:
-            return Lease(election, None, "", state.term, None, None)
+            to = state.reserved.node_id if reserved_in > 0 else ""
+            return Lease(election, None, "", state.term, None, None, reserved_for=to,
+                         reserved_in=reserved_in if to else 0.0)  # fmt: skip
         # Every answer that finds the key is a new version: proof that etcd keeps the lease alive
         # (its lessor deletes the key otherwise), so the engine never waits to take it over.
         version = f"{holder.created}.{next(self._answers)}"
         return Lease(election, holder.node_id, holder.address, holder.term,
-                     _when(holder.acquired_at), expires_in, instance=holder.instance,
+                     when(holder.acquired_at), expires_in, instance=holder.instance,
                      version=version)  # fmt: skip
 
     def _on_event(self, key: str, kv: dict[str, Any] | None, revision: int) -> str | None:
         """A watch event (kv None: deleted): update what we know; the election it concerns."""
         election, _, what = key[len(self._prefix) :].partition("/")
-        if what not in ("leader", "term"):
+        if what not in ("leader", "term", "reserved"):
             return None
         known = self._states.get(election)
         if known is None or revision < known.revision:
             return election
         if what == "leader":
-            holder = None if kv is None else _holder(kv)
+            holder = None if kv is None else holder_of(kv)
             self._states[election] = replace(known, revision=revision, holder=holder)
+        elif what == "reserved":
+            self._states[election] = replace(known, revision=revision, reserved=reservation(kv))
         elif kv is not None:
-            term = _int(unb64(kv.get("value", "")).decode(errors="replace"))
+            term = to_int(unb64(kv.get("value", "")).decode(errors="replace"))
             self._states[election] = replace(
                 known, revision=revision, term=term, term_modified=revision
             )
@@ -359,49 +401,14 @@ class EtcdBackend(Backend):
     def _term_key(self, election: str) -> str:
         return f"{self._prefix}{election}/term"
 
-
-def _compare(key: str, target: str, revision: int) -> dict[str, Any]:
-    field = "create_revision" if target == "CREATE" else "mod_revision"
-    return {"key": key, "target": target, "result": "EQUAL", field: revision}
+    def _reserved_key(self, election: str) -> str:
+        return f"{self._prefix}{election}/reserved"
 
 
 async def _nothing() -> int:
     return 0  # no keepalive was needed
 
 
-def _holder(kv: dict[str, Any]) -> _Holder:
-    try:
-        value = orjson.loads(unb64(kv.get("value", "")))
-        node_id, term = str(value["node_id"]), int(value["term"])
-        address, instance = str(value.get("address", "")), str(value.get("instance", ""))
-        acquired_at = str(value.get("acquired_at", ""))
-    except (ValueError, KeyError, TypeError):
-        key = unb64(kv.get("key", "")).decode(errors="replace")
-        log.warning("etcd key %s does not hold a leaderd lease", key)
-        node_id, term, address, instance, acquired_at = "<not leaderd>", 0, "", "", ""
-    return _Holder(node_id, address, instance, term, acquired_at, _int(kv.get("lease")),
-                   _int(kv.get("create_revision")))  # fmt: skip
-
-
 def _mine(state: _State, me: Candidate) -> bool:
     holder = state.holder
     return holder is not None and (holder.node_id, holder.instance) == (me.node_id, me.instance)
-
-
-def _when(text: str) -> dt.datetime | None:
-    try:
-        return dt.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-
-
-def _revision(answer: Any) -> int:
-    return _int(answer.get("header", {}).get("revision"))
-
-
-def _int(value: Any) -> int:
-    """etcd's 64-bit integers come as strings; absent (a default) or unreadable is 0."""
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0

@@ -58,9 +58,13 @@ async def test_of_eight_concurrent_contenders_only_the_named_one_wins(handing: S
     _, mine = await reserved(handing, Candidate("node-5"))
     backends = [await handing.new() for _ in range(8)]
     candidates = [Candidate(f"node-{i}", f"10.0.0.{i}:8080") for i in range(8)]
-    results = await asyncio.gather(
-        *(acquire(backend, c) for backend, c in zip(backends, candidates, strict=True))
+    # As a follower's engine asks: a lock backend may block for the lock meanwhile (the
+    # others, granted it first, give it back at once).
+    asks = (
+        backend.acquire_or_renew(E, c, LONG_TTL, timeout=TIMEOUT, wait=TIMEOUT / 2)
+        for backend, c in zip(backends, candidates, strict=True)
     )
+    results = await asyncio.gather(*asks)
     winners = [c.node_id for c, lease in zip(candidates, results, strict=True) if lease.held_by(c)]
     assert winners == ["node-5"], results
     assert (await backends[0].observe(E)).term == mine.term + 1

@@ -10,16 +10,16 @@ import contextlib
 import json
 import signal
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
 
 import pytest
 
-from tests.chaos.check import Claim, check_safety
+from tests import switchover
 from tests.daemons import Daemon, leaders, short_tempdir, wait_for
 from tests.etcd.cluster import EtcdCluster, Member
+from tests.referee import Referee
 
 pytestmark = pytest.mark.slow
 
@@ -54,42 +54,6 @@ def prefix() -> str:
 def trio(etcd: EtcdCluster) -> Iterator[list[Daemon]]:
     with running([etcd.url(prefix=prefix())]) as daemons:
         yield daemons
-
-
-class Referee:
-    """Polls every daemon's /leader in the background and judges the answers with the chaos
-    checker (tests/chaos/check.py): a "leader" answer proves leadership only at some instant
-    of its request, so only what the answers' times prove is a violation."""
-
-    def __init__(self, daemons: Sequence[Daemon]) -> None:
-        self.daemons = daemons
-        self.claims: list[Claim] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    @property
-    def terms(self) -> list[int]:
-        return [c.term for c in self.claims]
-
-    def __enter__(self) -> Referee:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        found = check_safety(self.claims)
-        assert not found.total, f"safety violations: {found.listed[:3]}"
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for d in self.daemons:
-                if d.alive():
-                    sent = time.monotonic()
-                    code, body = d.get("/leader", timeout=2)
-                    if code == 200:
-                        self.claims.append(Claim(d.node_id, body["term"], sent, time.monotonic()))
-            time.sleep(0.01)
 
 
 def the_leader(daemons: Sequence[Daemon], timeout: float = TTL + LESSOR + RETRY + SLACK) -> Daemon:
@@ -231,3 +195,11 @@ def test_a_follower_asks_once_per_retry_interval_past_a_ttl(trio: list[Daemon]) 
     rate = (backend_calls(follower) - before) / (time.monotonic() - t0)
     assert rate <= 1.5 / RETRY, f"{rate:.1f} requests/s"
     assert leaders(trio) == [leader]
+
+
+def test_resign_to_hands_over_to_the_chosen_standby(trio: list[Daemon]) -> None:
+    switchover.hands_over_to_the_chosen_standby(trio, TTL)
+
+
+def test_a_stopped_chosen_standby_delays_the_failover_by_one_ttl(trio: list[Daemon]) -> None:
+    switchover.fails_over_after_one_ttl_when_the_chosen_standby_is_stopped(trio, TTL)

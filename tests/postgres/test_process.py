@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from leaderd.backends.advisory import advisory_key
+from tests import switchover
 from tests.daemons import Daemon, leaders, short_tempdir, wait_for
 from tests.pgserver import PASSWORD, PASSWORD_USER, PgServer
 from tests.postgres.helpers import unique
@@ -196,3 +197,11 @@ def test_an_advisory_keepalive_in_doubt_is_unknown_with_its_error(pg: PgServer) 
             os.kill(pid, signal.SIGCONT)
         new = the_leader(cluster, timeout=3 * TTL + 3)
         assert term_of(new) > before if new is not leader else term_of(new) >= before
+
+
+def test_resign_to_hands_over_to_the_chosen_standby(cluster: list[Daemon]) -> None:
+    switchover.hands_over_to_the_chosen_standby(cluster, TTL)
+
+
+def test_a_stopped_chosen_standby_delays_the_failover_by_one_ttl(cluster: list[Daemon]) -> None:
+    switchover.fails_over_after_one_ttl_when_the_chosen_standby_is_stopped(cluster, TTL)

@@ -1,0 +1,75 @@
+"""Hand-over to a chosen standby (POST /resign?to=NODE), checked on three real daemons.
+
+Shared by the process tests of every backend (SQLite, PostgreSQL lease and advisory, etcd):
+a referee polls every daemon's /leader throughout and judges the answers for overlaps.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from tests.daemons import REPO, Daemon, leaders, wait_for
+from tests.referee import Referee
+
+
+def the_leader(daemons: Sequence[Daemon], timeout: float) -> Daemon:
+    found = wait_for(lambda: leaders(daemons), timeout=timeout, what="a leader")
+    assert len(found) == 1, [d.node_id for d in found]
+    return found[0]
+
+
+def term_of(d: Daemon) -> int:
+    return int(d.get("/leader")[1]["term"])
+
+
+def resign_to(leader: Daemon, to: str) -> subprocess.CompletedProcess[str]:
+    """`leaderd resign --to NODE`, as an operator types it."""
+    command = [sys.executable, "-m", "leaderd", "resign", "--socket", leader.socket, "--to", to]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=30)
+
+
+def hands_over_to_the_chosen_standby(daemons: Sequence[Daemon], ttl: float) -> None:
+    """Only the chosen standby leads after the hand-over, at once, with the next term; the
+    third daemon never leads meanwhile."""
+    leader = the_leader(daemons, timeout=ttl * 3)
+    before = term_of(leader)
+    third, chosen = [d for d in daemons if d is not leader]
+    with Referee(daemons) as referee:
+        done = resign_to(leader, chosen.node_id)
+        assert done.returncode == 0, done.stderr
+        assert the_leader(daemons, timeout=ttl) is chosen
+        time.sleep(ttl)  # the reservation's whole length: nobody else may lead in it
+    after = {(c.node, c.term) for c in referee.claims if c.term > before}
+    assert after == {(chosen.node_id, before + 1)}, after
+    wait_for(lambda: "handed election default over to " + chosen.node_id in leader.log(), 5)
+    assert third.node_id not in {c.node for c in referee.claims}
+
+
+def fails_over_after_one_ttl_when_the_chosen_standby_is_stopped(
+    daemons: Sequence[Daemon], ttl: float
+) -> None:
+    """The chosen standby is SIGSTOPped: nobody leads until its reservation has lasted one
+    ttl, then another daemon leads with the next term; the old leader says why."""
+    leader = the_leader(daemons, timeout=ttl * 3)
+    before = term_of(leader)
+    third, chosen = [d for d in daemons if d is not leader]
+    chosen.signal(signal.SIGSTOP)
+    try:
+        with Referee([leader, third]) as referee:
+            asked = time.monotonic()
+            code, _ = leader.post(f"/resign?to={chosen.node_id}")
+            assert code == 200
+            new = the_leader([leader, third], timeout=ttl * 4)
+        first = min((c for c in referee.claims if c.term > before), key=lambda c: c.sent)
+        # The reservation kept everyone out for one ttl (less the clock-rate bound).
+        assert first.received - asked >= ttl * 0.9, first
+        assert term_of(new) == before + 1
+        wait_for(lambda: f"{chosen.node_id} did not take the lease" in leader.log(), 5)
+    finally:
+        chosen.signal(signal.SIGCONT)
