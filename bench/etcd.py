@@ -39,6 +39,7 @@ from tests.etcd.cluster import missing as _missing
 
 from . import handover
 from .common import (
+    DAEMON_ARGS,
     DEFAULT_TIMING,
     SHORT_TIMING,
     Figure,
@@ -168,7 +169,10 @@ async def steady(group: EtcdCluster, warmup: float, window: float) -> dict[str, 
     workdir = short_tempdir("ldb-")
     members, timing = group.members[:2], dataclasses.asdict(DEFAULT_TIMING)
     urls = [group.url(prefix=prefix, members=[m]) for m in members]
-    daemons = [Daemon(f"q-{i}", url, workdir=workdir, **timing) for i, url in enumerate(urls)]
+    daemons = [
+        Daemon(f"q-{i}", url, workdir=workdir, extra_args=DAEMON_ARGS, **timing)
+        for i, url in enumerate(urls)
+    ]
     try:
         for d in daemons:
             d.start()
@@ -201,7 +205,7 @@ async def idle(group: EtcdCluster, settle: float) -> dict[str, Any]:
             "sqlite": f"sqlite://{workdir}/idle.db"}  # fmt: skip
     found = {}
     for name, url in urls.items():
-        daemon = Daemon(f"idle-{name}", url, workdir=workdir)
+        daemon = Daemon(f"idle-{name}", url, workdir=workdir, extra_args=DAEMON_ARGS)
         try:
             t0 = time.monotonic()
             daemon.start()

@@ -134,6 +134,8 @@ class Election:
 
     def stop(self) -> None:
         """Publish "stopped" at once; ``run`` then runs the step-down hook and releases."""
+        if self.state.stopping:
+            return
         self.state.stop()
         self._refresh(self._clock.now())
         self._poke.set()
@@ -186,8 +188,9 @@ class Election:
             return MIN_DELAY
         now = self._clock.now()
         self.last_contact = self._clock.wall()
-        self._log_notes(self.state.on_lease(lease, request, t_send, now))
+        notes = self.state.on_lease(lease, request, t_send, now)
         self._refresh(now)
+        self._log_notes(notes)
         return self.state.next_round(request, t_send, self._clock.now())
 
     # ---- the round's parts ----
@@ -343,12 +346,13 @@ class Election:
             return view
         self._published = view
         self._watchers.next_revision(self._clock.wall())
+        # Watchers first: the log line is for people, the answer is what a standby waits on.
+        self._watchers.publish(self._snapshot(view, now))
         sentence = self.state.sentence(previous, view, now)
         level = logging.DEBUG if previous is None else logging.INFO
         holder = view.leader.node_id if view.leader else None
         fields = extra(Event(view.role.value), election=self.name, term=view.term, holder=holder)
         log.log(level, sentence, extra=fields)
-        self._watchers.publish(self._snapshot(view, now))
         return view
 
     def _log_notes(self, notes: list[Note]) -> None:
