@@ -83,7 +83,7 @@ class Figure:
             return "n/a"
         if self.unit == "ms":
             return f"{self.value:.1f} ms" if self.value >= 10 else f"{self.value:.2f} ms"
-        if self.unit in ("req/s", "MB", "x TTL", "q/s", "%"):
+        if self.unit in ("req/s", "MB", "x TTL", "q/s", "%", "x"):
             digits = 0 if self.unit == "req/s" else 2
             return f"{self.value:,.{digits}f} {self.unit}"
         return f"{self.value:g} {self.unit}".strip()

@@ -247,6 +247,27 @@ async def measure(
     return figures(data), data
 
 
+def ratios(results: dict[str, Any]) -> list[Figure]:
+    """Every backend's graceful hand-over against `etcdctl elect` in the same run (issue
+    12's target: a ratio at or below 1.0 at p50 and at p99)."""
+    peer = (results.get("etcd") or {}).get("etcdctl_graceful")
+    if not peer:
+        return []
+    ours = {label.partition(" ")[2]: data["first"] for label, data in results.items()
+            if label.startswith("handover ") and data}  # fmt: skip
+    ours["etcd"] = results["etcd"]["leaderd_graceful"]["first"]
+    rows = []
+    for backend, first in ours.items():
+        for q in ("p50", "p99"):
+            ratio = first[q] / peer[q]
+            rows.append(
+                Figure("vs etcd", backend, f"graceful handover {q} / etcdctl's", ratio, "x",
+                       "<= 1.0", ratio <= 1.0,
+                       note=f"{ms(first[q]):.2f} ms against {ms(peer[q]):.2f} ms"),
+            )  # fmt: skip
+    return rows
+
+
 def figures(data: dict[str, Any]) -> list[Figure]:
     """Each leaderd figure right under etcd's own, judged against it."""
     where = f"etcd x3{'' if data['fsync'] else ' (no fsync)'}"

@@ -265,9 +265,9 @@ class Election:
         if term is None:
             return
         try:
-            await asyncio.wait_for(
-                self._backend.release(self.name, self.candidate, term), self.timing.renew_interval
-            )
+            # A timeout block, not wait_for: the release starts now, not a loop turn later.
+            async with asyncio.timeout(self.timing.renew_interval):
+                await self._backend.release(self.name, self.candidate, term)
         except (BackendError, TimeoutError) as exc:
             log.warning(
                 "could not release election %s, term %d: %s; it expires by itself within ttl",
@@ -288,9 +288,8 @@ class Election:
         """The term of the lease if the backend says this node holds it, None if it does
         not; ``default`` if the backend cannot say."""
         try:
-            lease = await asyncio.wait_for(
-                self._backend.observe(self.name), self.timing.renew_interval
-            )
+            async with asyncio.timeout(self.timing.renew_interval):
+                lease = await self._backend.observe(self.name)
         except (BackendError, TimeoutError):
             return default
         self.state.maybe_held = False
