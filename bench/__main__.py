@@ -228,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             uvloop.run(bench.run(group))
         except ImportError:
             asyncio.run(bench.run(group))
+    bench.figures += etcd.ratios(bench.data)
     info["load_average_end"] = os.getloadavg()
     elapsed = time.monotonic() - t0
     print(table(bench.figures))

@@ -37,6 +37,8 @@ class Timing:
 DEFAULT_TIMING = Timing(ttl=15.0, renew_interval=5.0, retry_interval=2.0)
 # A short TTL, so a crash failover takes seconds (the tests' timing, tests/daemons.py).
 SHORT_TIMING = Timing(ttl=2.0, renew_interval=0.5, retry_interval=0.25)
+# The daemon's default log level: the tests' debug lines would be work production skips.
+DAEMON_ARGS = ("--log-level", "info")
 
 
 # ---- statistics and figures ----
@@ -81,7 +83,7 @@ class Figure:
             return "n/a"
         if self.unit == "ms":
             return f"{self.value:.1f} ms" if self.value >= 10 else f"{self.value:.2f} ms"
-        if self.unit in ("req/s", "MB", "x TTL", "q/s", "%"):
+        if self.unit in ("req/s", "MB", "x TTL", "q/s", "%", "x"):
             digits = 0 if self.unit == "req/s" else 2
             return f"{self.value:,.{digits}f} {self.unit}"
         return f"{self.value:g} {self.unit}".strip()
@@ -291,6 +293,7 @@ class Cluster:
                 ttl=timing.ttl,
                 renew_interval=timing.renew_interval,
                 retry_interval=timing.retry_interval,
+                extra_args=DAEMON_ARGS,
             )
             for i in range(size)
         ]

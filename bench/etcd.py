@@ -39,6 +39,7 @@ from tests.etcd.cluster import missing as _missing
 
 from . import handover
 from .common import (
+    DAEMON_ARGS,
     DEFAULT_TIMING,
     SHORT_TIMING,
     Figure,
@@ -168,7 +169,10 @@ async def steady(group: EtcdCluster, warmup: float, window: float) -> dict[str, 
     workdir = short_tempdir("ldb-")
     members, timing = group.members[:2], dataclasses.asdict(DEFAULT_TIMING)
     urls = [group.url(prefix=prefix, members=[m]) for m in members]
-    daemons = [Daemon(f"q-{i}", url, workdir=workdir, **timing) for i, url in enumerate(urls)]
+    daemons = [
+        Daemon(f"q-{i}", url, workdir=workdir, extra_args=DAEMON_ARGS, **timing)
+        for i, url in enumerate(urls)
+    ]
     try:
         for d in daemons:
             d.start()
@@ -201,7 +205,7 @@ async def idle(group: EtcdCluster, settle: float) -> dict[str, Any]:
             "sqlite": f"sqlite://{workdir}/idle.db"}  # fmt: skip
     found = {}
     for name, url in urls.items():
-        daemon = Daemon(f"idle-{name}", url, workdir=workdir)
+        daemon = Daemon(f"idle-{name}", url, workdir=workdir, extra_args=DAEMON_ARGS)
         try:
             t0 = time.monotonic()
             daemon.start()
@@ -241,6 +245,27 @@ async def measure(
         "idle": memory,
     }
     return figures(data), data
+
+
+def ratios(results: dict[str, Any]) -> list[Figure]:
+    """Every backend's graceful hand-over against `etcdctl elect` in the same run (issue
+    12's target: a ratio at or below 1.0 at p50 and at p99)."""
+    peer = (results.get("etcd") or {}).get("etcdctl_graceful")
+    if not peer:
+        return []
+    ours = {label.partition(" ")[2]: data["first"] for label, data in results.items()
+            if label.startswith("handover ") and data}  # fmt: skip
+    ours["etcd"] = results["etcd"]["leaderd_graceful"]["first"]
+    rows = []
+    for backend, first in ours.items():
+        for q in ("p50", "p99"):
+            ratio = first[q] / peer[q]
+            rows.append(
+                Figure("vs etcd", backend, f"graceful handover {q} / etcdctl's", ratio, "x",
+                       "<= 1.0", ratio <= 1.0,
+                       note=f"{ms(first[q]):.2f} ms against {ms(peer[q]):.2f} ms"),
+            )  # fmt: skip
+    return rows
 
 
 def figures(data: dict[str, Any]) -> list[Figure]:

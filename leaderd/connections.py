@@ -39,6 +39,7 @@ BACKLOG = 4096  # the kernel caps it at net.core.somaxconn (4096 since Linux 5.4
 _RESERVED_FILES = 64  # kept for the backend, the child's pipes, logs and listeners
 _LOG_EVERY = 10.0  # seconds between two log lines about bad requests of one listener
 _REJECT_WITHIN = 1.0  # an over-limit client gets its 503 after its headers, or this long
+_SWEEP_EVERY = 1.0  # seconds between two looks at the connections' deadlines, at most
 _TIMEOUT_408 = b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
 
 
@@ -77,6 +78,35 @@ class Connections:
     bad_requests: int = 0
     _logged_at: float = -_LOG_EVERY
     _unlogged: int = 0
+    # Header and idle deadlines, checked by one sweep: a timer per connection would be
+    # created and cancelled around every request (10,000 watchers answered at once).
+    _deadlines: dict[Connection, float] = field(default_factory=dict, repr=False)
+    _sweep: asyncio.TimerHandle | None = field(default=None, repr=False)
+
+    def arm(self, connection: Connection, seconds: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._deadlines[connection] = loop.time() + seconds
+        if self._sweep is None:
+            self._sweep = loop.call_later(self._sweep_every(), self._expire_due)
+
+    def disarm(self, connection: Connection) -> None:
+        self._deadlines.pop(connection, None)
+
+    def _sweep_every(self) -> float:
+        """A deadline is acted on at most this late: a quarter of the shortest timeout."""
+        shortest = min(self.limits.header_timeout, self.limits.keepalive_timeout)
+        return min(_SWEEP_EVERY, max(0.01, shortest / 4))
+
+    def _expire_due(self) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        due = [c for c, deadline in self._deadlines.items() if deadline <= now]
+        for connection in due:
+            del self._deadlines[connection]
+            connection.expire()
+        self._sweep = None
+        if self._deadlines:
+            self._sweep = loop.call_later(self._sweep_every(), self._expire_due)
 
     def refusal(self) -> str | None:
         """Why a new connection cannot be served now, or None."""
@@ -133,7 +163,6 @@ class Connection(web.RequestHandler):
     def __init__(self, manager: web.Server, connections: Connections, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._connections = connections
-        self._timer: asyncio.TimerHandle | None = None
         self._timeout = "header"
         self._busy = False
         self._bytes = False  # bytes of a request not yet in progress
@@ -182,17 +211,14 @@ class Connection(web.RequestHandler):
     # ---- timeouts ----
 
     def _arm(self, timeout: str, seconds: float) -> None:
-        self._disarm()
         self._timeout = timeout
-        self._timer = asyncio.get_running_loop().call_later(seconds, self._expire)
+        self._connections.arm(self, seconds)
 
     def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._connections.disarm(self)
 
-    def _expire(self) -> None:
-        self._timer = None
+    def expire(self) -> None:
+        """Its header or idle deadline passed (called by the listener's sweep)."""
         if self._busy or self.transport is None:
             return
         self._connections.timed_out[self._timeout] += 1

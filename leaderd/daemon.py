@@ -52,6 +52,8 @@ class Daemon:
         self._ready_sent = False
         self._forward: Callable[[int], None] | None = None
         self._signals = 0
+        self._node: Node | None = None
+        self._stopping_sent = False
         self._budget: FileBudget | None = None
 
     async def run(self) -> int:
@@ -123,6 +125,7 @@ class Daemon:
         candidate = Candidate(cfg.node_id, cfg.address)
         elections = {e.name: Election(e.name, candidate, e.timing, backend) for e in cfg.elections}
         node = Node(cfg.node_id, backend, elections)
+        self._node = node
         self.metrics.watch(node)
         for election in elections.values():
             election.add_listener(lambda _status: self._on_change(node))
@@ -244,8 +247,10 @@ class Daemon:
         self._signals += 1
         name = signal.Signals(signum).name
         if self._signals == 1:
-            log.info("received %s: handing over", name, extra=extra(Event.STOPPING, signal=name))
+            # The hand-over starts in this callback; the log line waits until it is under way.
+            self._stop_elections()
             self.request_stop(EXIT_OK)
+            log.info("received %s: handing over", name, extra=extra(Event.STOPPING, signal=name))
         else:
             # A second signal must not skip the release: the hand-over is bounded anyway.
             log.info(
@@ -253,6 +258,16 @@ class Daemon:
                 name,
                 self.config.shutdown_timeout,
             )
+
+    def _stop_elections(self) -> None:
+        """STOPPING=1, then publish "stopped" in every election and wake its loop to hand
+        over (DESIGN §1.7); idempotent."""
+        if self._node is None or self._stopping_sent:
+            return
+        self._stopping_sent = True
+        self.notifier.stopping("handing over")
+        for election in self._node.elections.values():
+            election.stop()
 
     def _on_forward_signal(self, signum: int) -> None:
         if self._forward is not None:
@@ -270,9 +285,7 @@ class Daemon:
     async def _shut_down(
         self, node: Node, tasks: list[asyncio.Task[None]], helpers: list[asyncio.Task[None]]
     ) -> None:
-        self.notifier.stopping("handing over")
-        for election in node.elections.values():
-            election.stop()
+        self._stop_elections()
         timeout = self.config.shutdown_timeout
         try:
             async with asyncio.timeout(timeout):

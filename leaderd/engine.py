@@ -140,6 +140,8 @@ class Election:
 
     def stop(self) -> None:
         """Publish "stopped" at once; ``run`` then runs the step-down hook and releases."""
+        if self.state.stopping:
+            return
         self.state.stop()
         self._refresh(self._clock.now())
         self._poke.set()
@@ -192,8 +194,9 @@ class Election:
             return MIN_DELAY
         now = self._clock.now()
         self.last_contact = self._clock.wall()
-        self._log_notes(self.state.on_lease(lease, request, t_send, now))
+        notes = self.state.on_lease(lease, request, t_send, now)
         self._refresh(now)
+        self._log_notes(notes)
         return self.state.next_round(request, t_send, self._clock.now())
 
     # ---- the round's parts ----
@@ -272,7 +275,9 @@ class Election:
             self.name, self.candidate, term, reserve_for=to, ttl=self.timing.ttl
         )
         try:
-            await asyncio.wait_for(release, self.timing.renew_interval)
+            # A timeout block, not wait_for: the release starts now, not a loop turn later.
+            async with asyncio.timeout(self.timing.renew_interval):
+                await release
         except (BackendError, TimeoutError) as exc:
             log.warning(
                 "could not release election %s, term %d: %s; it expires by itself within ttl",
@@ -297,9 +302,8 @@ class Election:
         """The term of the lease if the backend says this node holds it, None if it does
         not; ``default`` if the backend cannot say."""
         try:
-            lease = await asyncio.wait_for(
-                self._backend.observe(self.name), self.timing.renew_interval
-            )
+            async with asyncio.timeout(self.timing.renew_interval):
+                lease = await self._backend.observe(self.name)
         except (BackendError, TimeoutError):
             return default
         self.state.maybe_held = False
@@ -355,12 +359,13 @@ class Election:
             return view
         self._published = view
         self._watchers.next_revision(self._clock.wall())
+        # Watchers first: the log line is for people, the answer is what a standby waits on.
+        self._watchers.publish(self._snapshot(view, now))
         sentence = self.state.sentence(previous, view, now)
         level = logging.DEBUG if previous is None else logging.INFO
         holder = view.leader.node_id if view.leader else None
         fields = extra(Event(view.role.value), election=self.name, term=view.term, holder=holder)
         log.log(level, sentence, extra=fields)
-        self._watchers.publish(self._snapshot(view, now))
         return view
 
     def _log_notes(self, notes: list[Note]) -> None:

@@ -12,12 +12,14 @@ _NUMBER = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?")
 _INTEGER = re.compile(r"-?[0-9]+")
 
 
-NODE_ID_RULE = "1-253 characters without spaces"
+NODE_ID_RULE = "1-253 characters without spaces or control characters"
+# The same rule as the OpenAPI document's pattern, which tools read in their own regex dialect.
+_NODE_ID = re.compile(r"[^\s\x00-\x1f\x7f-\x9f]{1,253}")
 
 
 def is_node_id(value: str) -> bool:
     """A node id as --node-id accepts it."""
-    return 0 < len(value) <= 253 and not any(c.isspace() for c in value)
+    return _NODE_ID.fullmatch(value) is not None and not any(c.isspace() for c in value)
 
 
 class BadParameter(ValueError):

@@ -11,7 +11,7 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Iterator
 
-from .status import ElectionStatus
+from .status import ElectionStatus, Role
 
 log = logging.getLogger("leaderd.engine")
 
@@ -30,6 +30,7 @@ class Watchers:
         self._listeners: list[ChangeListener] = []
         self._streams: set[asyncio.Queue[ElectionStatus]] = set()
         self._pollers = 0
+        self._latest: ElectionStatus | None = None  # the last status published
 
     @property
     def count(self) -> int:
@@ -44,6 +45,7 @@ class Watchers:
 
     def publish(self, status: ElectionStatus) -> None:
         """Deliver a new revision: wake long polls, queue it on streams, call listeners."""
+        self._latest = status
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
         for queue in self._streams:
@@ -70,12 +72,21 @@ class Watchers:
             async with asyncio.timeout(timeout):
                 while status.revision == awaited:
                     await self._changed.wait()
-                    status = current()
+                    status = self._woken(current)
         except TimeoutError:
             status = current()
         finally:
             self._pollers -= 1
         return status
+
+    def _woken(self, current: Callable[[], ElectionStatus]) -> ElectionStatus:
+        """The status for a waiter woken by a publish. Thousands wake at once: they share
+        the published one, unless it says "leader", which is derived anew for each answer
+        (the self-fence deadline may pass while they are being answered)."""
+        latest = self._latest
+        if latest is None or latest.role is Role.LEADER:
+            return current()
+        return latest
 
     @contextlib.contextmanager
     def stream(self, first: ElectionStatus) -> Iterator[asyncio.Queue[ElectionStatus]]:

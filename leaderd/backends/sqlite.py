@@ -19,9 +19,9 @@ import re
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 
@@ -56,6 +56,9 @@ _TRANSIENT_CODES = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_I
 _TRANSIENT_CODES |= {sqlite3.SQLITE_FULL, sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_INTERRUPT}
 
 _Row = tuple[str | None, str, str, int, str | None, str, float, int, str | None, float]
+T = TypeVar("T")
+# One request: a function of the sqlite3 connection, run whole in the connection's thread.
+Run = Callable[..., Awaitable[Any]]
 
 
 class SQLiteBackend(Backend):
@@ -76,8 +79,7 @@ class SQLiteBackend(Backend):
         self._boot_id = ""
         self._elections: list[str] = []
         self._conn: aiosqlite.Connection | None = None
-        self._lock = asyncio.Lock()  # one statement sequence at a time on the connection
-        self._dirty = False  # a transaction was abandoned mid-way: roll back before reuse
+        self._lock = asyncio.Lock()  # one request at a time on the connection
         self._closed = False
         self._directory = DirectoryLock(os.path.dirname(path))
         self._identity: FileIdentity | None = None
@@ -86,7 +88,6 @@ class SQLiteBackend(Backend):
         # Per election: (holder, instance, term) as last read, and when that lease lapses on
         # CLOCK_BOOTTIME; a renewal is no change a waiter must hear of.
         self._seen: dict[str, tuple[tuple[str | None, str, int], float | None]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
 
     @classmethod
     def from_url(cls, url: str) -> SQLiteBackend:
@@ -130,32 +131,39 @@ class SQLiteBackend(Backend):
         takeover: str = "",
         min_term: int = 0,
     ) -> Lease:
-        async with self._request("acquire", timeout) as conn:
-            self._dirty = True
-            await conn.execute("BEGIN IMMEDIATE")
-            now = boottime()  # read under the write lock: no one can commit in between
-            self._check_foreign(election, await _fetch(conn, self._select, election))
-            wall = time.time()
-            await conn.execute(
-                CAS.format(table=self.table),
-                {
-                    "election": election,
-                    "holder": candidate.node_id,
-                    "instance": candidate.instance,
-                    "address": candidate.address,
-                    "wall": _iso(wall),
-                    "expires_at": _iso(wall + ttl),
-                    "boot_id": self._boot_id,
-                    "now": now,
-                    "expires": now + ttl,
-                    "min_term": min_term,
-                    "takeover": int(takeover) if takeover.isdigit() else -1,
-                },
-            )
-            row = await _fetch(conn, self._select, election)
-            await conn.execute("COMMIT")
-            self._dirty = False
-        return self._lease(election, row, now)
+        ask = {
+            "election": election,
+            "holder": candidate.node_id,
+            "instance": candidate.instance,
+            "address": candidate.address,
+            "ttl": ttl,
+            "min_term": min_term,
+            "takeover": int(takeover) if takeover.isdigit() else -1,
+        }
+        async with self._request("acquire", timeout) as run:
+            row, now = await run(self._claim, ask)
+            return self._lease(election, row, now)
+
+    def _claim(self, db: sqlite3.Connection, ask: dict[str, Any]) -> tuple[_Row | None, float]:
+        """The compare-and-set, in the connection's thread: one transaction, one hop."""
+        db.execute("BEGIN IMMEDIATE")
+        now = boottime()  # read under the write lock: no one can commit in between
+        self._check_foreign(ask["election"], _fetch(db, self._select, ask["election"]))
+        wall = time.time()
+        db.execute(
+            CAS.format(table=self.table),
+            {
+                **ask,
+                "wall": _iso(wall),
+                "expires_at": _iso(wall + ask["ttl"]),
+                "boot_id": self._boot_id,
+                "now": now,
+                "expires": now + ask["ttl"],
+            },
+        )
+        row = _fetch(db, self._select, ask["election"])
+        db.execute("COMMIT")
+        return row, now
 
     async def release(
         self,
@@ -166,7 +174,7 @@ class SQLiteBackend(Backend):
         reserve_for: str = "",
         ttl: float = 0.0,
     ) -> None:
-        async with self._request("release", self._busy_timeout) as conn:
+        async with self._request("release", self._busy_timeout) as run:
             params = {
                 "election": election,
                 "holder": candidate.node_id,
@@ -178,7 +186,7 @@ class SQLiteBackend(Backend):
                 "reserve_ttl": ttl if reserve_for else 0.0,
             }
             # A single autocommit UPDATE: its commit bumps data_version, which wakes standbys.
-            await conn.execute(RELEASE.format(table=self.table), params)
+            await run(_execute, RELEASE.format(table=self.table), params)
 
     async def wait_for_change(self, election: str, timeout: float) -> None:
         deadline = boottime() + timeout
@@ -220,31 +228,32 @@ class SQLiteBackend(Backend):
         return SELECT.format(table=self.table)
 
     @asynccontextmanager
-    async def _request(self, what: str, timeout: float) -> AsyncIterator[aiosqlite.Connection]:
-        """Run one request on the connection within ``timeout``; translate every error."""
+    async def _request(self, what: str, timeout: float) -> AsyncIterator[Run]:
+        """One request within ``timeout``, every error translated. It yields ``run(fn,
+        *args)``: ``fn(db, *args)`` runs whole in the connection's thread (one hop, not one
+        per statement), and never leaves a transaction open, even once given up on."""
         try:
             async with asyncio.timeout(timeout), self._lock:
                 conn = await self._connection()
                 if self._identity is not None:
                     self._identity.check()  # a deleted or replaced file is a lost lease
-                await conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-                if self._dirty:  # an earlier request gave up inside its transaction
-                    await self._rollback(conn)
-                yield conn
+                busy_ms = int(timeout * 1000)
+
+                async def run(fn: Callable[..., T], *args: Any) -> T:
+                    # aiosqlite's own way into its thread (also behind its execute()).
+                    whole = conn._execute(_whole, conn._conn, busy_ms, fn, *args)  # type: ignore[no-untyped-call]
+                    result: T = await whole
+                    return result
+
+                yield run
         except TimeoutError:
-            self._abandon()
             raise BackendUnavailable(
                 f"SQLite {what} on {self.path} timed out after {timeout:.3g}s"
             ) from None
         except (sqlite3.Error, ValueError) as exc:
-            self._abandon()
             raise _translate(exc, self.path) from exc
         except OSError as exc:
-            self._abandon()
             raise BackendUnavailable(f"SQLite file {self.path}: {exc.strerror or exc}") from exc
-        except BaseException:
-            self._abandon()
-            raise
 
     async def _connection(self) -> aiosqlite.Connection:
         """The open connection, or a new one on a ready file (also after a transient failure)."""
@@ -280,9 +289,9 @@ class SQLiteBackend(Backend):
         return boot_id()
 
     async def _read(self, election: str, timeout: float) -> Lease:
-        async with self._request("read", timeout) as conn:
-            row = await _fetch(conn, self._select, election)
-        return self._lease(election, row, boottime())
+        async with self._request("read", timeout) as run:
+            row = await run(_fetch, self._select, election)
+            return self._lease(election, row, boottime())
 
     def _check_foreign(self, election: str, row: _Row | None) -> None:
         if row is not None:
@@ -299,24 +308,6 @@ class SQLiteBackend(Backend):
         lapse = None if not left else now + left
         self._seen[election] = (_holding(lease), lapse)
         return lease
-
-    async def _rollback(self, conn: aiosqlite.Connection) -> None:
-        with suppress(sqlite3.OperationalError):  # "no transaction is active": nothing to undo
-            await conn.execute("ROLLBACK")
-        self._dirty = False
-
-    def _abandon(self) -> None:
-        """Roll back soon, so an abandoned transaction does not keep the write lock."""
-        if self._dirty and self._conn is not None:
-            task = asyncio.get_running_loop().create_task(self._rollback_later())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _rollback_later(self) -> None:
-        with suppress(Exception):
-            async with self._lock:
-                if self._dirty and self._conn is not None:
-                    await self._rollback(self._conn)
 
 
 def _holding(lease: Lease) -> tuple[str | None, str, int]:
@@ -349,9 +340,24 @@ def _lease(election: str, row: _Row, now: float, my_boot_id: str) -> Lease:
     )
 
 
-async def _fetch(conn: aiosqlite.Connection, sql: str, election: str) -> _Row | None:
-    async with conn.execute(sql, (election,)) as cursor:
-        row: Any = await cursor.fetchone()
+def _whole(db: sqlite3.Connection, busy_ms: int, fn: Callable[..., T], *args: Any) -> T:
+    """In the connection's thread: run ``fn(db, *args)``; whatever happens, no transaction
+    stays open to hold the file's write lock."""
+    db.execute(f"PRAGMA busy_timeout = {busy_ms}")
+    try:
+        return fn(db, *args)
+    finally:
+        if db.in_transaction:
+            with suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+
+
+def _execute(db: sqlite3.Connection, sql: str, params: dict[str, Any]) -> None:
+    db.execute(sql, params)
+
+
+def _fetch(db: sqlite3.Connection, sql: str, election: str) -> _Row | None:
+    row: Any = db.execute(sql, (election,)).fetchone()
     return None if row is None else tuple(row)
 
 
