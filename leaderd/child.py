@@ -84,6 +84,18 @@ def _above_stdio(fd: int) -> int:
     return moved
 
 
+def _pipe(opened: list[int]) -> tuple[int, int]:
+    """A pipe above stdio; its fds are in ``opened`` from the moment they exist."""
+    ends = os.pipe()
+    opened += ends
+    moved = []
+    for fd in ends:
+        up = _above_stdio(fd)
+        opened[opened.index(fd)] = up
+        moved.append(up)
+    return moved[0], moved[1]
+
+
 def _parent(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as f:
         return int(f.read().rpartition(")")[2].split()[1])
@@ -154,28 +166,31 @@ class Child:
         cls, command: list[str], env: dict[str, str], term: int, deadline: float, grace: float,
         contain: tuple[str, ...],
     ) -> Child:  # fmt: skip
-        life_r, life_w = map(_above_stdio, os.pipe())
-        report_r, report_w = map(_above_stdio, os.pipe())
-        soft, hard = limits.ORIGINAL  # the daemon lifted its own for watchers, not COMMAND's
-        args = keeper_argv(
-            f"--lifeline={life_r}", f"--report={report_w}", f"--deadline={deadline!r}",
-            f"--grace={grace!r}", f"--nofile={soft}:{hard}",
-            *[f"--contain={spec}" for spec in contain], "--", *command,
-        )  # fmt: skip
+        opened: list[int] = []  # closed again if anything below fails (EMFILE, ...)
         try:
+            life_r, life_w = _pipe(opened)
+            report_r, report_w = _pipe(opened)
+            soft, hard = limits.ORIGINAL  # the daemon lifted its own for watchers, not COMMAND's
+            args = keeper_argv(
+                f"--lifeline={life_r}", f"--report={report_w}", f"--deadline={deadline!r}",
+                f"--grace={grace!r}", f"--nofile={soft}:{hard}",
+                *[f"--contain={spec}" for spec in contain], "--", *command,
+            )  # fmt: skip
             # Its own session: off leaderd's terminal, so Ctrl-C reaches leaderd only.
             keeper = subprocess.Popen(
                 args, env=env, pass_fds=(life_r, report_w), start_new_session=True
             )
-        except BaseException:
-            for fd in (life_w, report_r):
+            for fd in (life_r, report_w):  # the keeper's ends
+                opened.remove(fd)
                 os.close(fd)
+            cgroup = next((spec[7:] for spec in contain if spec.startswith("cgroup=")), "")
+            # Once it is ours, a failure closes the lifeline: the keeper then ends its tree.
+            return cls(keeper, life_w, report_r, term, deadline, cgroup)
+        except BaseException:
+            for fd in opened:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
             raise
-        finally:
-            os.close(life_r)
-            os.close(report_w)
-        cgroup = next((spec[7:] for spec in contain if spec.startswith("cgroup=")), "")
-        return cls(keeper, life_w, report_r, term, deadline, cgroup)
 
     @property
     def name(self) -> str:
