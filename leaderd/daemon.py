@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from . import __version__
+from . import __version__, early_signals
 from .api import build_app, serve
 from .backends import Backend, BackendFatal, BackendUnavailable, Candidate, backend_from_url
 from .config import Config
@@ -242,6 +242,8 @@ class Daemon:
             loop.add_signal_handler(signum, self._on_stop_signal, signum)
         for signum in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
             loop.add_signal_handler(signum, self._on_forward_signal, signum)
+        for held in early_signals.pending():  # came while the daemon was starting
+            self._on_stop_signal(held)
 
     def _on_stop_signal(self, signum: int) -> None:
         self._signals += 1

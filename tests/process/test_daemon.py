@@ -114,6 +114,31 @@ def test_sigterm_while_campaigning_exits_cleanly(workdir: str) -> None:
     assert not os.path.exists(d.socket), "the socket file is removed on exit"
 
 
+def _reader_waits(fifo: str) -> int | None:
+    """A write end of ``fifo`` once someone has it open for reading, else None."""
+    try:
+        return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+
+
+def test_sigterm_while_starting_exits_cleanly(workdir: str) -> None:
+    """A stop that comes before the event loop runs (here: while the daemon reads its
+    configuration from a FIFO) is kept and honoured: exit 0, not death by SIGTERM."""
+    fifo = os.path.join(workdir, "leaderd.toml")
+    os.mkfifo(fifo)
+    d = Daemon("starting", f"sqlite://{workdir}/lease.db", workdir=workdir,
+               extra_args=["-c", fifo]).start()  # fmt: skip
+    writer = wait_for(lambda: _reader_waits(fifo), timeout=10, what="the daemon to read")
+    d.signal(signal.SIGTERM)
+    time.sleep(0.2)
+    with os.fdopen(writer, "w") as f:  # now let it read its configuration and go on
+        f.write('node_id = "starting"\n')
+    assert d.wait() == 0, d.log()
+    assert "received SIGTERM" in d.log()
+    assert "acquired election" not in d.log()
+
+
 def test_second_sigterm_does_not_skip_the_release(workdir: str) -> None:
     d = Daemon("twice", f"sqlite://{workdir}/lease.db", workdir=workdir).start()
     d.wait_ready()
