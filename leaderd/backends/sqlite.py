@@ -21,11 +21,13 @@ import time
 import urllib.parse
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
+from dataclasses import replace
 from typing import Any
 
 import aiosqlite
 
 from ..clock import boottime
+from . import sqlite_records as records
 from .base import (
     Backend,
     BackendError,
@@ -34,6 +36,7 @@ from .base import (
     Candidate,
     Lease,
 )
+from .records import EndReason, Member, Tenure
 from .sqlite_host import (
     DirectoryLock,
     FileIdentity,
@@ -42,6 +45,7 @@ from .sqlite_host import (
     persist_wal,
     refuse_shared_filesystem,
 )
+from .sqlite_records import iso
 from .sqlite_schema import CAS, RELEASE, SELECT, prepare
 from .sqlite_wake import CommitWatcher
 
@@ -116,8 +120,21 @@ class SQLiteBackend(Backend):
         async with self._request("open", self._busy_timeout):
             pass  # connecting prepares the file: WAL, table, rows, write probe
 
-    async def observe(self, election: str) -> Lease:
-        return await self._read(election, self._busy_timeout)
+    async def observe(
+        self, election: str, candidate: Candidate | None = None, ttl: float = 0.0
+    ) -> Lease:
+        if candidate is None:
+            return await self._read(election, self._busy_timeout, members=True)
+        async with self._request("read", self._busy_timeout) as conn:
+            self._dirty = True
+            await conn.execute("BEGIN IMMEDIATE")
+            now = boottime()
+            await records.heard(conn, self.table, election, candidate, self._clock(now, ttl))
+            row = await _fetch(conn, self._select, election)
+            members = await records.members(conn, self.table, election, self._boot_id, now)
+            await conn.execute("COMMIT")
+            self._dirty = False
+        return self._lease(election, row, now, members)
 
     async def acquire_or_renew(
         self,
@@ -129,12 +146,14 @@ class SQLiteBackend(Backend):
         *,
         takeover: str = "",
         min_term: int = 0,
+        lost_term: int = 0,
     ) -> Lease:
         async with self._request("acquire", timeout) as conn:
             self._dirty = True
             await conn.execute("BEGIN IMMEDIATE")
             now = boottime()  # read under the write lock: no one can commit in between
-            self._check_foreign(election, await _fetch(conn, self._select, election))
+            before = await _fetch(conn, self._select, election)
+            self._check_foreign(election, before)
             wall = time.time()
             await conn.execute(
                 CAS.format(table=self.table),
@@ -143,8 +162,8 @@ class SQLiteBackend(Backend):
                     "holder": candidate.node_id,
                     "instance": candidate.instance,
                     "address": candidate.address,
-                    "wall": _iso(wall),
-                    "expires_at": _iso(wall + ttl),
+                    "wall": iso(wall),
+                    "expires_at": iso(wall + ttl),
                     "boot_id": self._boot_id,
                     "now": now,
                     "expires": now + ttl,
@@ -153,22 +172,44 @@ class SQLiteBackend(Backend):
                 },
             )
             row = await _fetch(conn, self._select, election)
+            await records.heard(conn, self.table, election, candidate, self._clock(now, ttl))
+            await records.began(conn, self.table, election, candidate, (before, row),
+                                (wall, now, self._boot_id))  # fmt: skip
+            if lost_term:
+                await records.lost(conn, self.table, election, candidate, lost_term)
+            members = await records.members(conn, self.table, election, self._boot_id, now)
             await conn.execute("COMMIT")
             self._dirty = False
-        return self._lease(election, row, now)
+        return self._lease(election, row, now, members)
 
-    async def release(self, election: str, candidate: Candidate, term: int) -> None:
+    async def release(
+        self,
+        election: str,
+        candidate: Candidate,
+        term: int,
+        reason: EndReason = EndReason.RELEASED,
+    ) -> None:
         async with self._request("release", self._busy_timeout) as conn:
             params = {
                 "election": election,
                 "holder": candidate.node_id,
                 "instance": candidate.instance,
                 "term": term,
-                "wall": _iso(time.time()),
+                "wall": iso(time.time()),
                 "now": boottime(),
             }
-            # A single autocommit UPDATE: its commit bumps data_version, which wakes standbys.
-            await conn.execute(RELEASE.format(table=self.table), params)
+            # One transaction: its commit bumps data_version, which wakes standbys.
+            self._dirty = True
+            await conn.execute("BEGIN IMMEDIATE")
+            cursor = await conn.execute(RELEASE.format(table=self.table), params)
+            if cursor.rowcount > 0:
+                await records.released(conn, self.table, params, reason)
+            await conn.execute("COMMIT")
+            self._dirty = False
+
+    async def history(self, election: str, limit: int) -> list[Tenure]:
+        async with self._request("history", self._busy_timeout) as conn:
+            return await records.history(conn, self.table, election, limit)
 
     async def wait_for_change(self, election: str, timeout: float) -> None:
         deadline = boottime() + timeout
@@ -269,20 +310,28 @@ class SQLiteBackend(Backend):
         refuse_shared_filesystem(directory)
         return boot_id()
 
-    async def _read(self, election: str, timeout: float) -> Lease:
+    async def _read(self, election: str, timeout: float, members: bool = False) -> Lease:
         async with self._request("read", timeout) as conn:
             row = await _fetch(conn, self._select, election)
-        return self._lease(election, row, boottime())
+            now = boottime()
+            listed = await records.members(conn, self.table, election, self._boot_id, now)
+        return self._lease(election, row, now, listed if members else ())
+
+    def _clock(self, now: float, ttl: float) -> dict[str, Any]:
+        """How a member's heartbeat is timed: this host's clocks, and the member's ttl."""
+        return {"wall": iso(time.time()), "boot_id": self._boot_id, "now": now, "ttl": ttl}
 
     def _check_foreign(self, election: str, row: _Row | None) -> None:
         if row is not None:
             self._foreign.check(election, row[5], row[7], self._boot_id)
 
-    def _lease(self, election: str, row: _Row | None, now: float) -> Lease:
+    def _lease(
+        self, election: str, row: _Row | None, now: float, members: tuple[Member, ...] = ()
+    ) -> Lease:
         if row is None:
-            lease = Lease(election, None, "", 0, None, None)
+            lease = Lease(election, None, "", 0, None, None, members=members)
         else:
-            lease = _lease(election, row, now, self._boot_id)
+            lease = replace(_lease(election, row, now, self._boot_id), members=members)
             self._foreign.check(election, row[5], row[7], self._boot_id)
         lapse = None if not lease.expires_in else now + lease.expires_in
         self._seen[election] = (_holding(lease), lapse)
@@ -341,10 +390,6 @@ def _translate(exc: BaseException, path: str) -> BackendError:
     if code is not None and code & 0xFF in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM):
         message += ": check that the file and its directory exist and are writable"
     return BackendFatal(message)
-
-
-def _iso(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 def _number(options: dict[str, str], key: str, default: float, low: float, high: float) -> float:
