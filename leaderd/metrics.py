@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 
 from . import __version__
 from .backends.base import Backend, BackendError, Candidate, Lease
+from .backends.records import EndReason, Tenure
 from .connections import Connections
 from .engine import Election
 from .node import Node
@@ -234,7 +235,7 @@ class MeteredBackend(Backend):
         self._kind = kind
         self._seconds = {
             op: metrics.backend_request_seconds.labels(kind, op)
-            for op in ("open", "observe", "acquire_or_renew", "release")
+            for op in ("open", "observe", "acquire_or_renew", "release", "history")
         }
         for error in _error_kinds(BackendError):
             # Exported as 0 from the start: increase() cannot see a series' first sample.
@@ -257,8 +258,10 @@ class MeteredBackend(Backend):
     async def open(self, elections: Sequence[str]) -> None:
         await self._timed("open", self.inner.open(elections))
 
-    async def observe(self, election: str) -> Lease:
-        return await self._timed("observe", self.inner.observe(election))
+    async def observe(
+        self, election: str, candidate: Candidate | None = None, ttl: float = 0.0
+    ) -> Lease:
+        return await self._timed("observe", self.inner.observe(election, candidate, ttl))
 
     async def acquire_or_renew(
         self,
@@ -270,14 +273,25 @@ class MeteredBackend(Backend):
         *,
         takeover: str = "",
         min_term: int = 0,
+        lost_term: int = 0,
     ) -> Lease:
         request = self.inner.acquire_or_renew(
-            election, candidate, ttl, timeout, wait, takeover=takeover, min_term=min_term
-        )
+            election, candidate, ttl, timeout, wait,
+            takeover=takeover, min_term=min_term, lost_term=lost_term,
+        )  # fmt: skip
         return await self._timed("acquire_or_renew", request)
 
-    async def release(self, election: str, candidate: Candidate, term: int) -> None:
-        await self._timed("release", self.inner.release(election, candidate, term))
+    async def release(
+        self,
+        election: str,
+        candidate: Candidate,
+        term: int,
+        reason: EndReason = EndReason.RELEASED,
+    ) -> None:
+        await self._timed("release", self.inner.release(election, candidate, term, reason))
+
+    async def history(self, election: str, limit: int) -> list[Tenure]:
+        return await self._timed("history", self.inner.history(election, limit))
 
     async def wait_for_change(self, election: str, timeout: float) -> None:
         # Waiting is not a request: not timed, but a failure is still a backend error.

@@ -39,3 +39,11 @@ def flag(raw: str | None, name: str) -> bool:
     if raw not in _TRUE and raw not in _FALSE:
         raise BadParameter(f"{name} must be one of 1, true, ndjson, sse, 0, false; got {raw!r}")
     return raw in _TRUE
+
+
+def count(raw: str | None, name: str, default: int, maximum: int) -> int:
+    if raw is None:
+        return default
+    if not _INTEGER.fullmatch(raw) or not 1 <= int(raw) <= maximum:
+        raise BadParameter(f"{name} must be an integer in [1, {maximum}], got {raw!r}")
+    return int(raw)

@@ -101,8 +101,9 @@ class Lease:
     # Changes with every write by the holder (renewals too): the engine's proof that the
     # holder is still alive. Opaque; "" when free.
     version: str = ""
-    # The election's members as this request saw them (the asking candidate included).
-    members: tuple[Member, ...] = ()
+    # The election's members as this request saw them (the asking candidate included);
+    # not part of the lease's identity.
+    members: tuple[Member, ...] = field(default=(), compare=False)
 
     def held_by(self, candidate: Candidate) -> bool:
         """The lease is this very process's (node id and instance) and not expired."""
