@@ -9,8 +9,8 @@ from leaderd import __version__
 from leaderd.backends import Backend, Candidate, Lease
 from leaderd.backends.records import HISTORY_RETENTION, PRUNE_AFTER_TTLS, EndReason, Member
 
-from .conftest import DURABLE, EXPIRY, LONG_TTL, SHORT_TTL, Store
-from .test_contract import A, B, C, E, TIMEOUT, TWIN, acquire, held, take_over
+from .conftest import EXPIRY, LONG_TTL, SHORT_TTL, Store
+from .test_contract import TIMEOUT, TWIN, A, B, C, E, acquire, held, take_over
 
 
 def listed(lease: Lease) -> dict[tuple[str, str], Member]:
