@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import itertools
 import logging
@@ -32,38 +33,23 @@ import orjson
 
 from .base import Backend, BackendError, BackendUnavailable, Candidate, Lease
 from .etcd_gateway import EtcdClient, EtcdError, EtcdSettings, b64, prefix_end, unb64
+from .etcd_records import Keys, MemberClock, tenures
+from .etcd_state import TEND as _TEND
+from .etcd_state import Holder as _Holder
+from .etcd_state import Spare as _Spare
+from .etcd_state import State as _State
+from .etcd_state import compare as _compare
+from .etcd_state import holder_of as _holder
+from .etcd_state import int_of as _int
+from .etcd_state import revision_of as _revision
+from .etcd_state import when as _when
 from .etcd_watch import PrefixWatch
+from .records import EndReason, Member, Tenure
 
 log = logging.getLogger(__name__)
 
 _DEFAULT_TIMEOUT = 5.0  # observe and release have no timeout argument
 _LEASE_NOT_FOUND = 5  # gRPC NOT_FOUND: "etcdserver: requested lease not found"
-_SLOW = 0.9  # the slowest rate a clock may run at against another's (clock_drift < 0.1)
-# A spare with < _FRESH ttl left is kept alive with the transaction; < _TEND, by a round.
-_FRESH, _TEND = 0.75, 0.8
-
-
-@dataclass(frozen=True)
-class _Holder:
-    """The leader key: its JSON value, and what etcd says of it."""
-
-    node_id: str
-    address: str
-    instance: str
-    term: int
-    acquired_at: str  # ISO 8601, the acquiring host's wall clock: for display only
-    lease: int  # the etcd lease the key is attached to
-    created: int  # the key's create revision: names this holder's tenure
-
-
-@dataclass(frozen=True)
-class _State:
-    """One election as etcd showed it at ``revision``."""
-
-    revision: int
-    holder: _Holder | None
-    term: int
-    term_modified: int  # the term key's mod revision, 0 while it does not exist
 
 
 @dataclass(frozen=True)
@@ -75,27 +61,10 @@ class _Ask:
     ttl: float
     min_term: int
     give_up: float  # time.monotonic()
+    lost_term: int = 0
 
     def left(self) -> float:
         return self.give_up - time.monotonic()
-
-
-@dataclass(frozen=True)
-class _Spare:
-    """A granted lease with no key, for the next acquisition."""
-
-    id: int
-    ttl: int  # its ttl in etcd: whole seconds, at least etcd's minimum
-    kept_at: float  # time.monotonic() when its grant or last keepalive was SENT
-
-    def left(self) -> float:
-        """Seconds it surely has left: its age counts as age / 0.9, so that whatever the
-        clocks' rates (drift < 10%), it never outlasts what etcd's lessor gives it."""
-        return self.ttl - (time.monotonic() - self.kept_at) / _SLOW
-
-    def fresh(self, ttl: float) -> bool:
-        """3/4 of a ttl left: the new leader's first deadline comes well after its first renewal."""
-        return self.left() >= _FRESH * ttl
 
 
 class EtcdBackend(Backend):
@@ -110,6 +79,8 @@ class EtcdBackend(Backend):
         self._answers = itertools.count(1)
         self._spares: dict[str, _Spare] = {}  # never revoked: an unused lease ends by itself
         self._watch = PrefixWatch(self._etcd, self._prefix, self._on_event)
+        self._members: dict[str, tuple[Member, ...]] = {}  # as the last answer listed them
+        self._member_clock = MemberClock()
 
     @classmethod
     def from_url(cls, url: str) -> EtcdBackend:
@@ -130,8 +101,12 @@ class EtcdBackend(Backend):
         body = {"key": b64(self._prefix), "range_end": prefix_end(self._prefix), "count_only": True}
         await self._call("/v3/kv/range", body, _DEFAULT_TIMEOUT, "reading the elections")
 
-    async def observe(self, election: str) -> Lease:
-        state = await self._read(election, _DEFAULT_TIMEOUT)
+    async def observe(
+        self, election: str, candidate: Candidate | None = None, ttl: float = 0.0
+    ) -> Lease:
+        give_up = time.monotonic() + _DEFAULT_TIMEOUT
+        ask = _Ask(election, candidate, ttl, 0, give_up) if candidate else None
+        state = await self._read(election, _DEFAULT_TIMEOUT, ask)
         if state.holder is None:
             return self._answer(election, state, None)
         body = {"ID": state.holder.lease}
@@ -148,8 +123,9 @@ class EtcdBackend(Backend):
         *,
         takeover: str = "",
         min_term: int = 0,
+        lost_term: int = 0,
     ) -> Lease:
-        ask = _Ask(election, candidate, ttl, min_term, time.monotonic() + timeout)
+        ask = _Ask(election, candidate, ttl, min_term, time.monotonic() + timeout, lost_term)
         state, fresh = self._states.get(election), False
         for _ in range(3):
             # Another holder (or nothing known) is always read again; a key a watch event said
@@ -167,7 +143,13 @@ class EtcdBackend(Backend):
             fresh = True  # each path ends with what etcd has just said
         raise BackendUnavailable(f"acquiring election {election}: lost three races")
 
-    async def release(self, election: str, candidate: Candidate, term: int) -> None:
+    async def release(
+        self,
+        election: str,
+        candidate: Candidate,
+        term: int,
+        reason: EndReason = EndReason.RELEASED,
+    ) -> None:
         state = self._states.get(election)
         if state is None or not _mine(state, candidate):
             state = await self._read(election, _DEFAULT_TIMEOUT)
@@ -176,12 +158,17 @@ class EtcdBackend(Backend):
             return
         key = b64(self._key(election))
         body = {"compare": [_compare(key, "CREATE", holder.created)],
-                "success": [{"request_delete_range": {"key": key}}]}  # fmt: skip
+                "success": [{"request_delete_range": {"key": key}},
+                            self._keys(election).released(term, reason)]}  # fmt: skip
         answer = await self._call("/v3/kv/txn", body, _DEFAULT_TIMEOUT, "releasing the lease")
         if answer.get("succeeded"):
             self._remember(election, replace(state, revision=_revision(answer), holder=None))
             # The lease outlives its key: it is the spare of this node's next acquisition.
             self._spares[election] = _Spare(holder.lease, 1, -math.inf)  # ttl: a keepalive says
+
+    async def history(self, election: str, limit: int) -> list[Tenure]:
+        body = {"success": self._keys(election).read_history(limit)}
+        return tenures(election, await self._call("/v3/kv/txn", body, _DEFAULT_TIMEOUT, "reading"))
 
     async def wait_for_change(self, election: str, timeout: float) -> None:
         await self._watch.wait(election, self._answered.get(election, 0), timeout)
@@ -206,7 +193,7 @@ class EtcdBackend(Backend):
         value = {"node_id": me.node_id, "address": me.address, "instance": me.instance,
                  "term": term, "acquired_at": now}  # fmt: skip
         key, term_key = b64(self._key(ask.election)), b64(self._term_key(ask.election))
-        body = {
+        body: dict[str, list[dict[str, Any]]] = {
             "compare": [_compare(key, "CREATE", 0), _compare(term_key, "MOD", state.term_modified)],
             "success": [
                 {"request_put": {"key": key, "value": b64(orjson.dumps(value)), "lease": spare.id}},
@@ -214,6 +201,10 @@ class EtcdBackend(Backend):
             ],
             "failure": [{"request_range": {"key": key}}, {"request_range": {"key": term_key}}],
         }
+        # The member's heartbeat either way; the new term's history record on success.
+        keys, heard = self._keys(ask.election), self._heard(ask)
+        body["success"] += [*keys.began(me, term, now), *heard, keys.list_members()]
+        body["failure"] += [*heard, keys.list_members()]
         # A spare that is not fresh is kept alive with the transaction: its ttl then counts
         # from after the engine's t_send (0: it had expired). A fresh one counts what it has.
         sent_at, refresh = time.monotonic(), not spare.fresh(ask.ttl)
@@ -227,6 +218,7 @@ class EtcdBackend(Backend):
                 raise
             return state, None  # the spare had expired: a new one next time round
         spare = replace(spare, ttl=kept, kept_at=sent_at) if refresh else spare
+        self._note_members(ask.election, answer, me)
         if not answer.get("succeeded"):
             if spare.ttl:
                 self._spares[ask.election] = spare
@@ -241,7 +233,7 @@ class EtcdBackend(Backend):
         assert state.holder is not None
         ours, sent_at = state.holder, time.monotonic()
         kept, state = await asyncio.gather(
-            self._keepalive(ours.lease, ask), self._read(ask.election, ask.left())
+            self._keepalive(ours.lease, ask), self._read(ask.election, ask.left(), ask)
         )
         holder = state.holder
         if holder is None or holder.created != ours.created:
@@ -253,7 +245,7 @@ class EtcdBackend(Backend):
 
     async def _look(self, ask: _Ask) -> _State:
         """A follower's round: read the election, and tend the spare meanwhile."""
-        state, _ = await asyncio.gather(self._read(ask.election, ask.left()), self._tend(ask))
+        state, _ = await asyncio.gather(self._read(ask.election, ask.left(), ask), self._tend(ask))
         return state
 
     async def _tend(self, ask: _Ask) -> None:
@@ -286,12 +278,38 @@ class EtcdBackend(Backend):
 
     # ---- reading, remembering and answering ----------------------------------------------
 
-    async def _read(self, election: str, timeout: float) -> _State:
-        """Both keys of an election, in one read-only transaction (one revision)."""
+    async def _read(self, election: str, timeout: float, ask: _Ask | None = None) -> _State:
+        """Both keys of an election and its members, in one transaction (one revision);
+        with ``ask``, that member's heartbeat too."""
         keys = (self._key(election), self._term_key(election))
         ranges = [{"request_range": {"key": b64(key)}} for key in keys]
+        ranges += [*self._heard(ask), self._keys(election).list_members()]
         answer = await self._call("/v3/kv/txn", {"success": ranges}, timeout, "reading the lease")
+        self._note_members(election, answer, ask.me if ask else None)
+        await self._prune(election, max(0.001, timeout / 2))
         return self._remember(election, self._parse(answer))
+
+    def _heard(self, ask: _Ask | None) -> list[dict[str, Any]]:
+        """The operations of a member's heartbeat (and of a term it lost etcd in)."""
+        if ask is None:
+            return []
+        keys = self._keys(ask.election)
+        lost = [keys.lost(ask.lost_term)] if ask.lost_term else []
+        return [keys.heard(ask.me, ask.ttl), *lost]
+
+    def _note_members(self, election: str, answer: Any, me: Candidate | None) -> None:
+        keys = self._keys(election)
+        self._members[election] = self._member_clock.members(keys.listed(answer), me)
+
+    async def _prune(self, election: str, timeout: float) -> None:
+        """Delete the members silent for long, each only if still unchanged (rare: one
+        request per member that went away)."""
+        keys = self._keys(election)
+        for key, revision in self._member_clock.silent(self._members.get(election, ()), keys):
+            body = {"compare": [_compare(b64(key), "MOD", revision)],
+                    "success": [{"request_delete_range": {"key": b64(key)}}]}  # fmt: skip
+            with contextlib.suppress(BackendError):
+                await self._call("/v3/kv/txn", body, timeout, "pruning a member")
 
     def _parse(self, answer: Any) -> _State:
         """The leader and term keys' ranges of a transaction (missing ones read as absent)."""
@@ -312,15 +330,15 @@ class EtcdBackend(Backend):
 
     def _answer(self, election: str, state: _State, expires_in: float | None) -> Lease:
         self._answered[election] = max(self._answered.get(election, 0), state.revision)
-        holder = state.holder
+        holder, members = state.holder, self._members.get(election, ())
         if holder is None:
-            return Lease(election, None, "", state.term, None, None)
+            return Lease(election, None, "", state.term, None, None, members=members)
         # Every answer that finds the key is a new version: proof that etcd keeps the lease alive
         # (its lessor deletes the key otherwise), so the engine never waits to take it over.
         version = f"{holder.created}.{next(self._answers)}"
         return Lease(election, holder.node_id, holder.address, holder.term,
                      _when(holder.acquired_at), expires_in, instance=holder.instance,
-                     version=version)  # fmt: skip
+                     version=version, members=members)  # fmt: skip
 
     def _on_event(self, key: str, kv: dict[str, Any] | None, revision: int) -> str | None:
         """A watch event (kv None: deleted): update what we know; the election it concerns."""
@@ -345,6 +363,9 @@ class EtcdBackend(Backend):
             raise BackendUnavailable(f"{doing}: no time left")
         return await self._etcd.call(path, body, timeout, doing)
 
+    def _keys(self, election: str) -> Keys:
+        return Keys(f"{self._prefix}{election}/")
+
     def _key(self, election: str) -> str:
         return f"{self._prefix}{election}/leader"
 
@@ -352,48 +373,10 @@ class EtcdBackend(Backend):
         return f"{self._prefix}{election}/term"
 
 
-def _compare(key: str, target: str, revision: int) -> dict[str, Any]:
-    field = "create_revision" if target == "CREATE" else "mod_revision"
-    return {"key": key, "target": target, "result": "EQUAL", field: revision}
-
-
 async def _nothing() -> int:
     return 0  # no keepalive was needed
-
-
-def _holder(kv: dict[str, Any]) -> _Holder:
-    try:
-        value = orjson.loads(unb64(kv.get("value", "")))
-        node_id, term = str(value["node_id"]), int(value["term"])
-        address, instance = str(value.get("address", "")), str(value.get("instance", ""))
-        acquired_at = str(value.get("acquired_at", ""))
-    except (ValueError, KeyError, TypeError):
-        key = unb64(kv.get("key", "")).decode(errors="replace")
-        log.warning("etcd key %s does not hold a leaderd lease", key)
-        node_id, term, address, instance, acquired_at = "<not leaderd>", 0, "", "", ""
-    return _Holder(node_id, address, instance, term, acquired_at, _int(kv.get("lease")),
-                   _int(kv.get("create_revision")))  # fmt: skip
 
 
 def _mine(state: _State, me: Candidate) -> bool:
     holder = state.holder
     return holder is not None and (holder.node_id, holder.instance) == (me.node_id, me.instance)
-
-
-def _when(text: str) -> dt.datetime | None:
-    try:
-        return dt.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-
-
-def _revision(answer: Any) -> int:
-    return _int(answer.get("header", {}).get("revision"))
-
-
-def _int(value: Any) -> int:
-    """etcd's 64-bit integers come as strings; absent (a default) or unreadable is 0."""
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError):
-        return 0

@@ -67,6 +67,13 @@ MEMBERS = """(
         extract(epoch FROM now() - heard_at)::float8) ORDER BY node_id, instance), '[]'))
     FROM {m} WHERE election = {e}
 )::text"""
+# A record this process ended "lost the backend", once another request ended it otherwise.
+RELABELED = f"""relabeled AS (
+    UPDATE {{h}} SET end_reason = '{EndReason.LOST_BACKEND}'
+    WHERE election = {{e}} AND term = {{lost}}::bigint AND holder = {{n}} AND instance = {{i}}
+      AND ended_at IS NOT NULL
+    RETURNING 1
+)"""
 # History CTEs for an acquisition: ``prev`` is the lease row before the statement, ``cas``
 # the claim's RETURNING (term, acquired_at). A term that began now ends the open records
 # below it, opens its own, and keeps the newest HISTORY_RETENTION. {lost} is the lost_term
@@ -86,12 +93,7 @@ ended AS (
     FROM began, prev AS p
     WHERE h.election = {{e}} AND h.ended_at IS NULL AND h.term < began.term
     RETURNING 1
-), relabeled AS (
-    UPDATE {{h}} SET end_reason = '{EndReason.LOST_BACKEND}'
-    WHERE election = {{e}} AND term = {{lost}}::bigint AND holder = {{n}} AND instance = {{i}}
-      AND ended_at IS NOT NULL
-    RETURNING 1
-), opened AS (
+), {RELABELED}, opened AS (
     INSERT INTO {{h}} (election, term, holder, instance, address, acquired_at)
     SELECT {{e}}, term, {{n}}, {{i}}, {{a}}, now() FROM began
     ON CONFLICT (election, term) DO UPDATE SET holder = excluded.holder,

@@ -1,0 +1,99 @@
+"""What the etcd backend knows of an election: the leader key, the term, the spare lease
+(etcd.py), and the helpers that read etcd's answers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .etcd_gateway import unb64
+
+log = logging.getLogger("leaderd.backends.etcd")
+
+SLOW = 0.9  # the slowest rate a clock may run at against another's (clock_drift < 0.1)
+# A spare with < FRESH ttl left is kept alive with the transaction; < TEND, by a round.
+FRESH, TEND = 0.75, 0.8
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The leader key: its JSON value, and what etcd says of it."""
+
+    node_id: str
+    address: str
+    instance: str
+    term: int
+    acquired_at: str  # ISO 8601, the acquiring host's wall clock: for display only
+    lease: int  # the etcd lease the key is attached to
+    created: int  # the key's create revision: names this holder's tenure
+
+
+@dataclass(frozen=True)
+class State:
+    """One election as etcd showed it at ``revision``."""
+
+    revision: int
+    holder: Holder | None
+    term: int
+    term_modified: int  # the term key's mod revision, 0 while it does not exist
+
+
+@dataclass(frozen=True)
+class Spare:
+    """A granted lease with no key, for the next acquisition."""
+
+    id: int
+    ttl: int  # its ttl in etcd: whole seconds, at least etcd's minimum
+    kept_at: float  # time.monotonic() when its grant or last keepalive was SENT
+
+    def left(self) -> float:
+        """Seconds it surely has left: its age counts as age / 0.9, so that whatever the
+        clocks' rates (drift < 10%), it never outlasts what etcd's lessor gives it."""
+        return self.ttl - (time.monotonic() - self.kept_at) / SLOW
+
+    def fresh(self, ttl: float) -> bool:
+        """3/4 of a ttl left: the new leader's first deadline comes well after its first renewal."""
+        return self.left() >= FRESH * ttl
+
+
+def compare(key: str, target: str, revision: int) -> dict[str, Any]:
+    field = "create_revision" if target == "CREATE" else "mod_revision"
+    return {"key": key, "target": target, "result": "EQUAL", field: revision}
+
+
+def holder_of(kv: dict[str, Any]) -> Holder:
+    try:
+        value = orjson.loads(unb64(kv.get("value", "")))
+        node_id, term = str(value["node_id"]), int(value["term"])
+        address, instance = str(value.get("address", "")), str(value.get("instance", ""))
+        acquired_at = str(value.get("acquired_at", ""))
+    except (ValueError, KeyError, TypeError):
+        key = unb64(kv.get("key", "")).decode(errors="replace")
+        log.warning("etcd key %s does not hold a leaderd lease", key)
+        node_id, term, address, instance, acquired_at = "<not leaderd>", 0, "", "", ""
+    return Holder(node_id, address, instance, term, acquired_at, int_of(kv.get("lease")),
+                   int_of(kv.get("create_revision")))  # fmt: skip
+
+
+def when(text: str) -> dt.datetime | None:
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def revision_of(answer: Any) -> int:
+    return int_of(answer.get("header", {}).get("revision"))
+
+
+def int_of(value: Any) -> int:
+    """etcd's 64-bit integers come as strings; absent (a default) or unreadable is 0."""
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
