@@ -136,6 +136,8 @@ class ElectionCollector(Collector):
             families[3].add_metric([name], float(election.watchers))
             families[4].add_metric([name], float(election.duplicates_seen))
             families[5].add_metric([name], float(election.terms_refused))
+            for state, count in election.members().by_state().items():
+                families[6].add_metric([name, state], float(count))
         yield from families
 
     @staticmethod
@@ -167,6 +169,12 @@ class ElectionCollector(Collector):
                 "leaderd_terms_refused",
                 "Acquisitions refused: the backend granted a term at or below one already seen.",
                 labels=labels,
+            ),
+            GaugeMetricFamily(
+                "leaderd_members",
+                "Members of the election as this node last heard them, by state: leader, "
+                "standby (healthy), conflict (a duplicate node id), stale.",
+                labels=["election", "state"],
             ),
         )
 

@@ -71,8 +71,14 @@ class Roster:
         """A live leader is listed and no node id is in conflict."""
         return self.leader is not None and not any(v.conflict for v in self.members)
 
-    def count(self, role: MemberRole) -> int:
-        return sum(v.role is role for v in self.members)
+    def by_state(self) -> dict[str, int]:
+        """Members counted once each (the leaderd_members metric): leader, standby (healthy),
+        conflict (a live non-leader sharing a node id), stale."""
+        counts = dict.fromkeys(("leader", "standby", "conflict", "stale"), 0)
+        for v in self.members:
+            live_twin = v.conflict and v.role is MemberRole.STANDBY
+            counts["conflict" if live_twin else v.role.value] += 1
+        return counts
 
     def to_dict(self) -> dict[str, Any]:
         leader = self.leader
