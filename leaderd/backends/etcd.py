@@ -299,7 +299,7 @@ class EtcdBackend(Backend):
 
     def _note_members(self, election: str, answer: Any, me: Candidate | None) -> None:
         keys = self._keys(election)
-        self._members[election] = self._member_clock.members(keys.listed(answer), me)
+        self._members[election] = self._member_clock.members(keys.listed(answer), me, keys)
 
     async def _prune(self, election: str, timeout: float) -> None:
         """Delete the members silent for long, each only if still unchanged (rare: one

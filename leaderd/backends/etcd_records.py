@@ -124,8 +124,14 @@ class MemberClock:
         # member key -> (its mod revision, when this daemon first saw that revision)
         self._seen: dict[str, tuple[int, float]] = {}
 
-    def members(self, kvs: list[dict[str, Any]], me: Candidate | None) -> tuple[Member, ...]:
+    def members(
+        self, kvs: list[dict[str, Any]], me: Candidate | None, keys: Keys
+    ) -> tuple[Member, ...]:
+        """The members listed by ``kvs``, all of the election ``keys`` names."""
         now, found = time.monotonic(), []
+        listed = {unb64(kv["key"]).decode(errors="replace") for kv in kvs}
+        for gone in [k for k in self._seen if k.startswith(keys.members) and k not in listed]:
+            del self._seen[gone]  # pruned, or deleted by hand: forget it
         for kv in kvs:
             key, revision = unb64(kv["key"]).decode(errors="replace"), int(kv["mod_revision"])
             seen = self._seen.get(key)

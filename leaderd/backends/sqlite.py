@@ -314,8 +314,10 @@ class SQLiteBackend(Backend):
         async with self._request("read", timeout) as conn:
             row = await _fetch(conn, self._select, election)
             now = boottime()
-            listed = await records.members(conn, self.table, election, self._boot_id, now)
-        return self._lease(election, row, now, listed if members else ())
+            listed: tuple[Member, ...] = ()
+            if members:  # a waiter's reads need none
+                listed = await records.members(conn, self.table, election, self._boot_id, now)
+        return self._lease(election, row, now, listed)
 
     def _clock(self, now: float, ttl: float) -> dict[str, Any]:
         """How a member's heartbeat is timed: this host's clocks, and the member's ttl."""
