@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import re
 from typing import Any
 
 import asyncpg
 import orjson
 
-from .base import Candidate
+from .base import BackendFatal, Candidate
 from .pgsettings import PgSettings
 from .records import HISTORY_RETENTION, PRUNE_AFTER_TTLS, EndReason, Member, Tenure
 
@@ -127,8 +128,21 @@ def tables(pg: PgSettings) -> dict[str, str]:
 
 async def create(pg: PgSettings, conn: Any) -> None:
     """Create both tables if missing; two daemons may race to, the loser sees the winner's."""
-    with contextlib.suppress(asyncpg.DuplicateTableError, asyncpg.UniqueViolationError):
-        await conn.execute(_CREATE.format(**tables(pg)))
+    sql = _CREATE.format(**tables(pg))
+    try:
+        with contextlib.suppress(asyncpg.DuplicateTableError, asyncpg.UniqueViolationError):
+            await conn.execute(sql)
+    except asyncpg.InsufficientPrivilegeError:
+        raise BackendFatal(
+            f"{pg.description}: leaderd keeps members and history in {tables(pg)['m']} and "
+            f"{tables(pg)['h']}, and this role may not create them; as the schema's owner "
+            f"run: {_one_line(sql)}; and grant this role SELECT, INSERT, UPDATE, DELETE on both"
+        ) from None
+
+
+def _one_line(sql: str) -> str:
+    """A statement without its comments, on one line (an error message is one line)."""
+    return " ".join(re.sub(r"--[^\n]*", "", sql).split()).rstrip(";")
 
 
 def members(text: str | None, me: Candidate | None, ttl: float) -> tuple[Member, ...]:
