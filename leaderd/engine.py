@@ -229,8 +229,8 @@ class Election:
         read = self._backend.history(self.name, HISTORY_RETENTION)
         try:
             records = await self._send(read, timeout)
-        except (BackendError, TimeoutError) as exc:
-            log.debug("election %s: reading the history failed: %s", self.name, exc)
+        except Exception as exc:  # the history never stops an election, whatever it raises
+            log.debug("election %s: reading the history failed: %r", self.name, exc)
             return
         if records is not None:
             self._history = History(self.name, tuple(records), self._clock.wall())

@@ -129,9 +129,15 @@ def tables(pg: PgSettings) -> dict[str, str]:
 async def create(pg: PgSettings, conn: Any) -> None:
     """Create both tables if missing; two daemons may race to, the loser sees the winner's."""
     sql = _CREATE.format(**tables(pg))
+    raced = (
+        asyncpg.DuplicateTableError,
+        asyncpg.DuplicateObjectError,
+        asyncpg.UniqueViolationError,
+    )
     try:
-        with contextlib.suppress(asyncpg.DuplicateTableError, asyncpg.UniqueViolationError):
-            await conn.execute(sql)
+        for statement in sql.split(";"):  # one at a time: losing one race skips no other
+            with contextlib.suppress(*raced):
+                await conn.execute(statement)
     except asyncpg.InsufficientPrivilegeError:
         raise BackendFatal(
             f"{pg.description}: leaderd keeps members and history in {tables(pg)['m']} and "
