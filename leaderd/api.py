@@ -23,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from . import jsonio, params
 from .connections import Connection, Connections, Site, factory
 from .engine import Election
+from .history import DEFAULT_LIMIT, MAX_LIMIT
 from .metrics import Metrics
 from .node import Node
 from .status import ElectionStatus, Role
@@ -79,6 +80,9 @@ def build_app(
         _route(app, path, {"GET": handler, "HEAD": handler})
     for path in ("/watch", "/watch/{election}"):
         _route(app, path, {"GET": api.watch})
+    for path, handler in (("/members", api.members), ("/history", api.history)):
+        for tail in ("", "/{election}"):
+            _route(app, path + tail, {"GET": handler})
     for path in ("/resign", "/resign/{election}"):
         _route(app, path, {"POST": api.forbidden if read_only else api.resign})
     fallback = app.router.add_resource("/{path:.*}", name="fallback")
@@ -292,6 +296,22 @@ class _Api:
         election.resign(cooldown, to)
         status = election.status()
         return _json(status.to_dict(), revision=status.revision)
+
+    async def members(self, request: web.Request) -> web.Response:
+        election = self.node.election(request.match_info.get("election"))
+        if election is None:
+            return self._unknown(request)
+        return _json(election.members().to_dict())
+
+    async def history(self, request: web.Request) -> web.Response:
+        election = self.node.election(request.match_info.get("election"))
+        if election is None:
+            return self._unknown(request)
+        try:
+            limit = params.count(request.query.get("limit"), "limit", DEFAULT_LIMIT, MAX_LIMIT)
+        except params.BadParameter as exc:
+            return error(400, "bad_parameter", str(exc))
+        return _json(election.history().to_dict(limit))
 
     async def forbidden(self, request: web.Request) -> web.Response:
         message = "this listener is read-only: POST on the Unix socket"

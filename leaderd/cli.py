@@ -15,7 +15,7 @@ from . import __version__, client, early_signals, jsonio
 from .config import Config, ConfigError, client_socket, load
 
 EXIT_OK, EXIT_NOT_LEADER, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
-COMMANDS = ("run", "status", "watch", "resign", "check-config")
+COMMANDS = ("run", "status", "watch", "resign", "members", "history", "check-config")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -49,6 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "status": _status,
             "watch": _watch,
             "resign": _resign,
+            "members": _members,
+            "history": _history,
         }[parsed.command]
         return handler(parsed)
     except KeyboardInterrupt:
@@ -81,6 +83,13 @@ def _parser() -> argparse.ArgumentParser:
         help="hand over to this standby: the lease is reserved for it for one ttl, then free",
     )
     resign.add_argument("--json", action="store_true", help="print the JSON answer")
+    members = sub.add_parser("members", help="every member: role, address, last heard")
+    _client_options(members)
+    members.add_argument("--json", action="store_true", help="print the JSON answer")
+    history = sub.add_parser("history", help="who led, from when to when, and how it ended")
+    _client_options(history)
+    history.add_argument("--limit", type=int, metavar="N", help="newest N records (default: 20)")
+    history.add_argument("--json", action="store_true", help="print the JSON answer")
     return parser
 
 
@@ -223,6 +232,54 @@ def _resign(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _members(args: argparse.Namespace) -> int:
+    """Like `patronictl list`: one line per member, the leader first."""
+    body = _get(args, "/members")
+    if not isinstance(body, dict):
+        return body
+    if not args.json:
+        rows = [("MEMBER", "ROLE", "ADDRESS", "VERSION", "LAST HEARD", "AGE")]
+        for m in body["members"]:
+            role = m["role"] + (" (conflict)" if m["conflict"] else "")
+            age = f"{m['age_ms'] / 1000:.1f}s"
+            rows.append((m["node_id"], role, m["address"] or "-", m["version"] or "-",
+                         m["last_heard_at"] or "-", age))  # fmt: skip
+        summary = (
+            f"election {body['election']}, term {body['term']}: {body['cluster_size']} live, "
+            f"{body['healthy_standbys']} healthy standby(s), "
+            f"cluster {'ready' if body['cluster_ready'] else 'NOT ready'}\n"
+        )
+        sys.stdout.write(summary + _columns(rows))
+    return EXIT_OK
+
+
+def _history(args: argparse.Namespace) -> int:
+    body = _get(args, "/history", limit=args.limit)
+    if not isinstance(body, dict):
+        return body
+    if not args.json:
+        rows = [("TERM", "HOLDER", "ADDRESS", "ACQUIRED AT", "ENDED AT", "HOW IT ENDED")]
+        for r in body["records"]:
+            rows.append((str(r["term"]), r["holder"], r["address"] or "-", r["acquired_at"] or "-",
+                         r["ended_at"] or "-", r["end_reason"] or "(leading)"))  # fmt: skip
+        sys.stdout.write(_columns(rows))
+    return EXIT_OK
+
+
+def _get(args: argparse.Namespace, base: str, **query: Any) -> dict[str, Any] | int:
+    """GET an election's answer; print it with --json. An exit code if it failed."""
+    path = client_socket(args.socket)
+    try:
+        code, body = client.request(path, "GET", client.election_path(base, args.election, **query))
+    except client.Unreachable as exc:
+        return _fail(exc, EXIT_UNREACHABLE, False)
+    if code != 200 or not isinstance(body, dict):
+        return _fail(_error_message(body, path, args.election), EXIT_USAGE, False)
+    if args.json:
+        sys.stdout.write(jsonio.dumps(body, indent=True).decode() + "\n")
+    return body
+
+
 def _table(statuses: list[dict[str, Any]]) -> str:
     header = ("ELECTION", "ROLE", "LEADER", "ADDRESS", "TERM", "LEASE LEFT", "SINCE")
     rows = [header]
@@ -240,7 +297,12 @@ def _table(statuses: list[dict[str, Any]]) -> str:
                 s["changed_at"],
             )
         )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return _columns(rows)
+
+
+def _columns(rows: Sequence[tuple[str, ...]]) -> str:
+    """Rows as left-aligned columns, two spaces apart."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "".join(
         "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() + "\n" for r in rows
     )

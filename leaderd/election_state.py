@@ -49,6 +49,8 @@ class Request:
     takeover: str
     min_term: int
     epoch: int
+    # A term this node stepped down from unable to reach the backend, for its history.
+    lost_term: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +105,10 @@ class ElectionState:
         # the lease for, then that node id and term until the outcome is seen.
         self.handing_over = ""
         self.handed_over: tuple[str, int] | None = None
+        self.resigned = False  # the release due ends the term as "resigned"
+        # The last term this node held until its deadline passed without a renewal: its
+        # history record is to say "lost the backend" (sent with the next request).
+        self.lost_term = 0
         self.stopping = False
         # Moves on resign and stop: answers to requests sent before then win nothing.
         self.epoch = 0
@@ -171,6 +177,7 @@ class ElectionState:
             takeover=self.takeover(now),
             min_term=self.high_water + 1,
             epoch=self.epoch,
+            lost_term=self.lost_term,
         )
 
     def takeover(self, now: float) -> str:
@@ -246,6 +253,7 @@ class ElectionState:
         if self.held_term is not None:
             self.release_due, self.held_term = self.held_term, None
             self.handing_over = to
+            self.resigned = True
 
     def reservation_due(self) -> str:
         """The node id the hand-over's release reserves the lease for ("" for none)."""
@@ -269,6 +277,7 @@ class ElectionState:
         # A resign or stop that came while the request was in flight wins over its answer.
         campaigning = request.campaigning and request.epoch == self.epoch
         mine = lease.held_by(self.candidate)
+        self._note_lost(request, lease, t_send)
         if mine and lease.term != self.last_held_term and lease.term <= high_water:
             notes.append(self._refuse(lease, high_water))
         elif mine and campaigning:
@@ -301,6 +310,16 @@ class ElectionState:
         return term
 
     # ---- helpers ----
+
+    def _note_lost(self, request: Request, lease: Lease, t_send: float) -> None:
+        """A hold whose deadline passed before this answer, and that it does not continue,
+        was lost for want of the backend; a request that said so was heard."""
+        if request.lost_term == self.lost_term:
+            self.lost_term = 0
+        held = self.held_term
+        continued = lease.held_by(self.candidate) and lease.term == held
+        if held is not None and t_send >= self.deadline and not continued:
+            self.lost_term = held
 
     def _deadline_after(self, t_send: float, lease: Lease) -> float:
         """docs/algorithm.md, "Self-fencing", trusting no more than the backend granted."""

@@ -18,12 +18,15 @@ import logging
 import math
 import random
 from collections.abc import Awaitable, Callable
-from typing import Literal
+from typing import Literal, TypeVar
 
 from .backends.base import Backend, BackendError, Candidate, Lease
+from .backends.records import HISTORY_RETENTION, EndReason, Member
 from .clock import Clock, SystemClock
 from .election_state import MIN_DELAY, ElectionState, Note, Request, View
 from .events import Event, extra
+from .history import History
+from .roster import Roster, roster
 from .status import ElectionStatus, Role
 from .timing import Timing
 from .watchers import ChangeListener, Watchers
@@ -36,6 +39,7 @@ StepDownHook = Callable[[str], Awaitable[None]]
 _Wake = Literal["poke", "change"] | None
 _WAKE_SPACING = 0.02  # a backend that reports changes nonstop gets at most one round per this
 _STALL_SLACK = 2.0  # how late a loop turn may be before /health reports a stall
+T = TypeVar("T")
 
 
 class Election:
@@ -64,6 +68,11 @@ class Election:
         self._watchers = Watchers(name, self._clock.wall())
         self._poke = asyncio.Event()
         self._stopped = asyncio.Event()
+        # The members the last answer listed, and when its request was sent.
+        self._heard: tuple[Member, ...] = ()
+        self._heard_at = -math.inf
+        self._history = History(name, (), None)
+        self._history_of: tuple[str | None, str, int] | None = None  # the lease it was read at
         self._refresh(self._clock.now())
 
     # ---- answers: each derives the role from the clock at the moment it is asked ----
@@ -71,6 +80,22 @@ class Election:
     def status(self) -> ElectionStatus:
         now = self._clock.now()
         return self._snapshot(self._refresh(now), now)
+
+    def members(self) -> Roster:
+        """The members with their roles now (docs/api.md, "Members")."""
+        now = self._clock.now()
+        view, lease = self._refresh(now), self.state.lease
+        holder = None
+        if view.leader is not None and lease is not None:
+            me = self.candidate
+            holder = (me.node_id, me.instance) if view.role is Role.LEADER else None
+            holder = holder or (view.leader.node_id, lease.instance)
+        elapsed = now - self._heard_at
+        return roster(self.name, self.candidate.node_id, view.term, self._heard, elapsed, holder)
+
+    def history(self) -> History:
+        """The history as last read, newest first (docs/api.md, "History")."""
+        return self._history
 
     def lease_left(self) -> float | None:
         """Seconds before the self-fence deadline while leading; None otherwise."""
@@ -194,14 +219,33 @@ class Election:
             return MIN_DELAY
         now = self._clock.now()
         self.last_contact = self._clock.wall()
+        self._heard, self._heard_at = lease.members, t_send
         notes = self.state.on_lease(lease, request, t_send, now)
         self._refresh(now)
         self._log_notes(notes)
+        await self._read_history(lease, bool(request.lost_term))
         return self.state.next_round(request, t_send, self._clock.now())
 
     # ---- the round's parts ----
 
-    async def _send(self, request: Awaitable[Lease], timeout: float) -> Lease | None:
+    async def _read_history(self, lease: Lease, relabeled: bool) -> None:
+        """Read the history again when the holder changed since the last read (or a record
+        was relabeled): a handover is when it changes. A failure waits for the next round."""
+        seen = (lease.holder, lease.instance, lease.term)
+        if seen == self._history_of and not relabeled:
+            return
+        timeout = min(self.timing.retry_interval, self.state.request_timeout(self._clock.now()))
+        read = self._backend.history(self.name, HISTORY_RETENTION)
+        try:
+            records = await self._send(read, timeout)
+        except Exception as exc:  # the history never stops an election, whatever it raises
+            log.debug("election %s: reading the history failed: %r", self.name, exc)
+            return
+        if records is not None:
+            self._history = History(self.name, tuple(records), self._clock.wall())
+            self._history_of = seen
+
+    async def _send(self, request: Awaitable[T], timeout: float) -> T | None:
         """The answer within ``timeout`` (else TimeoutError), or None if stop() came first:
         a hand-over must not wait for a slow backend, shutdown_timeout bounds it."""
         answer = asyncio.ensure_future(request)
@@ -227,8 +271,8 @@ class Election:
         return answer.result() if answer in done else None
 
     async def _ask(self, request: Request) -> Lease:
-        if not request.campaigning:
-            return await self._backend.observe(self.name)
+        if not request.campaigning:  # cooling down: still a member
+            return await self._backend.observe(self.name, self.candidate, self.timing.ttl)
         return await self._backend.acquire_or_renew(
             self.name,
             self.candidate,
@@ -237,6 +281,7 @@ class Election:
             request.wait,
             takeover=request.takeover,
             min_term=request.min_term,
+            lost_term=request.lost_term,
         )
 
     def _on_failure(self, exc: BaseException, request: Request) -> None:
@@ -262,6 +307,8 @@ class Election:
 
     async def _hand_over(self) -> None:
         """After leadership ended voluntarily: stop the child, then release the lease."""
+        reason = EndReason.RESIGNED if self.state.resigned else EndReason.RELEASED
+        self.state.resigned = False
         term = self.state.term_to_release()
         to = self.state.reservation_due()
         self._refresh(self._clock.now())
@@ -272,7 +319,7 @@ class Election:
         if term is None:
             return
         release = self._backend.release(
-            self.name, self.candidate, term, reserve_for=to, ttl=self.timing.ttl
+            self.name, self.candidate, term, reason, reserve_for=to, ttl=self.timing.ttl
         )
         try:
             # A timeout block, not wait_for: the release starts now, not a loop turn later.

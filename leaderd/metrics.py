@@ -29,6 +29,7 @@ from prometheus_client.registry import Collector
 
 from . import __version__
 from .backends.base import Backend, BackendError, Candidate, Lease
+from .backends.records import EndReason, Tenure
 from .connections import Connections
 from .engine import Election
 from .node import Node
@@ -135,6 +136,8 @@ class ElectionCollector(Collector):
             families[3].add_metric([name], float(election.watchers))
             families[4].add_metric([name], float(election.duplicates_seen))
             families[5].add_metric([name], float(election.terms_refused))
+            for state, count in election.members().by_state().items():
+                families[6].add_metric([name, state], float(count))
         yield from families
 
     @staticmethod
@@ -166,6 +169,12 @@ class ElectionCollector(Collector):
                 "leaderd_terms_refused",
                 "Acquisitions refused: the backend granted a term at or below one already seen.",
                 labels=labels,
+            ),
+            GaugeMetricFamily(
+                "leaderd_members",
+                "Members of the election as this node last heard them, by state: leader, "
+                "standby (healthy), conflict (a duplicate node id), stale.",
+                labels=["election", "state"],
             ),
         )
 
@@ -234,7 +243,7 @@ class MeteredBackend(Backend):
         self._kind = kind
         self._seconds = {
             op: metrics.backend_request_seconds.labels(kind, op)
-            for op in ("open", "observe", "acquire_or_renew", "release")
+            for op in ("open", "observe", "acquire_or_renew", "release", "history")
         }
         for error in _error_kinds(BackendError):
             # Exported as 0 from the start: increase() cannot see a series' first sample.
@@ -261,8 +270,10 @@ class MeteredBackend(Backend):
     async def open(self, elections: Sequence[str]) -> None:
         await self._timed("open", self.inner.open(elections))
 
-    async def observe(self, election: str) -> Lease:
-        return await self._timed("observe", self.inner.observe(election))
+    async def observe(
+        self, election: str, candidate: Candidate | None = None, ttl: float = 0.0
+    ) -> Lease:
+        return await self._timed("observe", self.inner.observe(election, candidate, ttl))
 
     async def acquire_or_renew(
         self,
@@ -274,10 +285,12 @@ class MeteredBackend(Backend):
         *,
         takeover: str = "",
         min_term: int = 0,
+        lost_term: int = 0,
     ) -> Lease:
         request = self.inner.acquire_or_renew(
-            election, candidate, ttl, timeout, wait, takeover=takeover, min_term=min_term
-        )
+            election, candidate, ttl, timeout, wait,
+            takeover=takeover, min_term=min_term, lost_term=lost_term,
+        )  # fmt: skip
         return await self._timed("acquire_or_renew", request)
 
     async def release(
@@ -285,12 +298,18 @@ class MeteredBackend(Backend):
         election: str,
         candidate: Candidate,
         term: int,
+        reason: EndReason = EndReason.RELEASED,
         *,
         reserve_for: str = "",
         ttl: float = 0.0,
     ) -> None:
-        request = self.inner.release(election, candidate, term, reserve_for=reserve_for, ttl=ttl)
+        request = self.inner.release(
+            election, candidate, term, reason, reserve_for=reserve_for, ttl=ttl
+        )
         await self._timed("release", request)
+
+    async def history(self, election: str, limit: int) -> list[Tenure]:
+        return await self._timed("history", self.inner.history(election, limit))
 
     async def wait_for_change(self, election: str, timeout: float) -> None:
         # Waiting is not a request: not timed, but a failure is still a backend error.

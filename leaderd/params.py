@@ -51,6 +51,14 @@ def flag(raw: str | None, name: str) -> bool:
     return raw in _TRUE
 
 
+def count(raw: str | None, name: str, default: int, maximum: int) -> int:
+    if raw is None:
+        return default
+    if not _INTEGER.fullmatch(raw) or not 1 <= int(raw) <= maximum:
+        raise BadParameter(f"{name} must be an integer in [1, {maximum}], got {raw!r}")
+    return int(raw)
+
+
 def node_id(raw: str | None, name: str) -> str:
     """A node id naming another daemon; "" when the parameter is absent."""
     if raw is None:

@@ -34,12 +34,15 @@ GET /leader[/ELECTION] answers 200 if this node leads, 503 otherwise.
 GET /standby[/ELECTION] answers 200 for a healthy follower that knows the leader.
 GET /watch[/ELECTION] long-polls (?revision=N&timeout=S) or streams (?stream=1) changes.
 GET /status, /health (liveness), /ready (readiness), /metrics (Prometheus).
-POST /resign[/ELECTION]?cooldown=S steps down (Unix socket only)."""
+POST /resign[/ELECTION]?cooldown=S steps down (Unix socket only).
+GET /members[/ELECTION] lists every member: leader, standby or stale, address, last heard.
+GET /history[/ELECTION]?limit=N lists the terms, newest first, and how each ended."""
 
 EXIT = [
     ("run", "0 clean stop, 1 runtime failure, 2 bad usage or configuration."),
     ("status", "0 this node leads (every election shown), 1 it does not, 2 usage, "
                "3 no daemon answers."),
+    ("members, history", "0 answered, 2 usage or unknown election, 3 no daemon answers."),
     ("check-config", "0 the configuration is valid, 2 it is not."),
 ]  # fmt: skip
 

@@ -31,12 +31,14 @@ from typing import Any
 import asyncpg
 
 from . import advisory_sql as sql
+from . import pg_records as records
 from .advisory_sql import advisory_key, session_settings
 from .base import Backend, BackendError, BackendFatal, BackendUnavailable, Candidate, Lease
 from .pgconn import Closer, connect, ensure_table, quote_literal_ms, request
 from .pglisten import Listener, notify_channel
 from .pgreservation import released_lease
 from .pgsettings import PgSettings
+from .records import EndReason, Tenure
 
 __all__ = ["PostgresAdvisoryBackend", "advisory_key", "session_settings"]
 
@@ -68,6 +70,7 @@ class _Session:
     # server process's cold catalog caches) is then off the hand-over's path.
     cas: Any = None
     observe: Any = None
+    observe_heard: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +81,7 @@ class _Ask:
     ttl: float
     takeover: str
     min_term: int
+    lost_term: int
 
 
 class PostgresAdvisoryBackend(Backend):
@@ -85,10 +89,8 @@ class PostgresAdvisoryBackend(Backend):
 
     def __init__(self, settings: PgSettings) -> None:
         self._pg = settings
-        table = settings.qualified_table
-        self._sql_cas = sql.cas_sql(table, settings.takeover)
-        self._sql_observe = sql.OBSERVE.format(t=table)
-        self._sql_release = sql.RELEASE.format(t=table)
+        tables = records.tables(settings)
+        self._sql = sql.statements(settings.qualified_table, tables, settings.takeover)
         self._sessions: dict[str, _Session] = {}
         self._listener = Listener(settings, notify_channel(settings.table))
         self._table_ready = False
@@ -114,11 +116,13 @@ class PostgresAdvisoryBackend(Backend):
             conn.terminate()
         await self._listener.ready(self._pg.connect_timeout)
 
-    async def observe(self, election: str) -> Lease:
+    async def observe(
+        self, election: str, candidate: Candidate | None = None, ttl: float = 0.0
+    ) -> Lease:
         s = self._session(election)
         if s.granted:
             self._drop(s)  # cooling down: a lock waiting to be claimed goes back
-        read = functools.partial(self._read, s, _DEFAULT_TIMEOUT)
+        read = functools.partial(self._read, s, _DEFAULT_TIMEOUT, candidate, ttl)
         return self._saw(s, await self._guard(s, "reading the lock", _DEFAULT_TIMEOUT, read))
 
     async def acquire_or_renew(
@@ -131,9 +135,10 @@ class PostgresAdvisoryBackend(Backend):
         *,
         takeover: str = "",
         min_term: int = 0,
+        lost_term: int = 0,
     ) -> Lease:
         s = self._session(election)
-        ask = _Ask(candidate, float(ttl), takeover, min_term)
+        ask = _Ask(candidate, float(ttl), takeover, min_term, lost_term)
         if s.term is not None and s.conn is not None and not s.conn.is_closed():
             lease = await self._renew(s, ask, timeout)
         else:
@@ -149,6 +154,7 @@ class PostgresAdvisoryBackend(Backend):
         election: str,
         candidate: Candidate,
         term: int,
+        reason: EndReason = EndReason.RELEASED,
         *,
         reserve_for: str = "",
         ttl: float = 0.0,
@@ -163,12 +169,22 @@ class PostgresAdvisoryBackend(Backend):
             me = candidate
             args = (s.election, me.node_id, me.instance, term, self._listener.channel)
             reservation = (reserve_for, float(ttl) if reserve_for else 0.0)
-            await conn.fetchval(self._sql_release, *args, *reservation)  # committed before ...
+            release = self._sql["release"]
+            await conn.fetchval(release, *args, *reservation, reason.value)  # committed before ...
             if holding:
                 await conn.fetchval(sql.UNLOCK, s.key)  # ... the lock is freed
 
         # On failure the session is closed, which frees the lock for sure.
         await self._guard(s, "releasing the lock", _DEFAULT_TIMEOUT, mark_then_unlock)
+
+    async def history(self, election: str, limit: int) -> list[Tenure]:
+        s = self._session(election)
+
+        async def read() -> list[Tenure]:
+            conn = await self._connection(s, s.ttl, _DEFAULT_TIMEOUT)
+            return records.tenures(await conn.fetch(self._sql["history"], election, limit))
+
+        return list(await self._guard(s, "reading the history", _DEFAULT_TIMEOUT, read))
 
     async def wait_for_change(self, election: str, timeout: float) -> None:
         await self._listener.wait(election, timeout)
@@ -209,7 +225,7 @@ class PostgresAdvisoryBackend(Backend):
             known = max(s.known_term, ask.min_term - 1)  # min_term: the engine's high-water + 1
             granted = await self._lock(s, conn, lock_wait, known)
             if not granted:
-                lease = await self._read(s, timeout)
+                lease = await self._read(s, timeout, ask.candidate, ask.ttl, ask.lost_term)
                 if lease.holder is None:  # released meanwhile: the lock is free, try it
                     conn = await self._connection(s, ask.ttl, timeout)
                     granted = await self._lock(s, conn, 0.0, known)
@@ -238,8 +254,9 @@ class PostgresAdvisoryBackend(Backend):
     async def _cas(self, s: _Session, ask: _Ask) -> Any:
         me = ask.candidate
         args = (s.election, s.key, me.node_id, me.instance, me.address, ask.ttl,
-                self._listener.channel, ask.takeover, ask.min_term)  # fmt: skip
-        return await s.cas.fetchrow(*args, s.started)
+                self._listener.channel, ask.takeover, ask.min_term, s.started,
+                me.leaderd_version, ask.lost_term)  # fmt: skip
+        return await s.cas.fetchrow(*args)
 
     def _claimed(self, s: _Session, ask: _Ask, row: Any, sent: float) -> Lease:
         """The answer of the CAS statement, as this session's state and a lease."""
@@ -249,7 +266,7 @@ class PostgresAdvisoryBackend(Backend):
             raise BackendUnavailable(
                 f"renewing the lock on {self.description}: this session no longer holds it"
             )
-        lease = _row_lease(s.election, row, live=False)
+        lease = sql.row_lease(s.election, row, False, ask.candidate, ask.ttl)
         if lease.held_by(ask.candidate):
             s.term, s.kept_at, s.granted = lease.term, sent, False
             return dataclasses.replace(lease, expires_in=None)  # no expiry while it lives
@@ -287,30 +304,42 @@ class PostgresAdvisoryBackend(Backend):
         self._check_pid(s, conn, row["pid"])
         return True
 
-    async def _read(self, s: _Session, timeout: float) -> Lease:
-        """The lease as the row and the lock show it. A session that holds the lock but is
-        not the row's is a successor about to claim it (one round trip): read again
-        shortly; with takeover=wait it may also be waiting out the row's holder."""
+    async def _read(
+        self,
+        s: _Session,
+        timeout: float,
+        me: Candidate | None = None,
+        ttl: float = 0.0,
+        lost_term: int = 0,
+    ) -> Lease:
+        """The lease as the row and the lock show it (``me``: register that member). A
+        session that holds the lock but is not the row's is a successor about to claim it
+        (one round trip): read again shortly; with takeover=wait it may also be waiting out
+        the row's holder."""
         await self._connection(s, s.ttl, timeout)
         lease = None
         for attempt in range(_PENDING_READS):
-            row = await s.observe.fetchrow(s.election, s.key)
-            lease = self._judge(s.election, row)
+            if me is None:
+                row = await s.observe.fetchrow(s.election, s.key)
+            else:
+                heard = (me.node_id, me.instance, me.address, ttl, me.leaderd_version, lost_term)
+                row = await s.observe_heard.fetchrow(s.election, s.key, *heard)
+            lease = self._judge(s.election, row, me, ttl)
             if lease is not None:
                 return lease
             await asyncio.sleep(0.002 * (attempt + 1))
-        return released_lease(s.election, row)
+        return _free(s.election, row, me, ttl)
 
-    def _judge(self, election: str, row: Any) -> Lease | None:
+    def _judge(self, election: str, row: Any, me: Candidate | None, ttl: float) -> Lease | None:
         """What an observer may say from one read; None while a claim is under way."""
         locked, recorded = row["lock_pid"] is not None, row["recorded"]
         if row["holder"] is None:  # released (its session may be freeing the lock)
-            return None if locked and not recorded else released_lease(election, row)
+            return None if locked and not recorded else _free(election, row, me, ttl)
         if recorded:  # the holder's own session holds the lock: live, no expiry
-            return _row_lease(election, row, live=True)
+            return sql.row_lease(election, row, True, me, ttl)
         if self._pg.takeover == "wait":  # unreleased: its lease lasts until expires_at
-            return _row_lease(election, row, live=False)
-        return None if locked else _free(election, int(row["term"]))
+            return sql.row_lease(election, row, False, me, ttl)
+        return None if locked else _free(election, row, me, ttl)
 
     # -- the lock session ----------------------------------------------------------
 
@@ -345,11 +374,16 @@ class PostgresAdvisoryBackend(Backend):
             if not self._table_ready:
                 await self._prepare(conn)
             started = (await conn.fetchrow(sql.SESSION))["backend_start"]
-            cas, observe = await conn.prepare(self._sql_cas), await conn.prepare(self._sql_observe)
+            cas, observe = (
+                await conn.prepare(self._sql["cas"]),
+                await conn.prepare(self._sql["observe"]),
+            )
+            heard = await conn.prepare(self._sql["observe_heard"])
         except BaseException:
             self._closer.close(conn)
             raise
         s.conn, s.ttl, s.started, s.cas, s.observe = conn, ttl, started, cas, observe
+        s.observe_heard = heard
         conn.add_termination_listener(lambda c: self._on_closed(s, c))
 
     async def _prepare(self, conn: Any) -> None:
@@ -359,6 +393,7 @@ class PostgresAdvisoryBackend(Backend):
                 "(idle_session_timeout)"
             )
         await ensure_table(self._pg, conn, sql.SCHEMA, sql.UPGRADE)
+        await records.create(self._pg, conn)
         self._table_ready = True
 
     def _check_pid(self, s: _Session, conn: Any, pid: int) -> None:
@@ -385,22 +420,8 @@ class PostgresAdvisoryBackend(Backend):
         return s
 
 
-def _row_lease(election: str, row: Any, live: bool) -> Lease:
-    """A row that names a holder; ``live``: its session holds the lock (no expiry)."""
-    if row["holder"] is None:
-        return released_lease(election, row)
-    expires_in = None if live else max(0.0, float(row["expires_in"] or 0.0))
-    return Lease(
-        election,
-        row["holder"],
-        row["address"],
-        int(row["term"]),
-        row["acquired_at"],
-        expires_in,
-        instance=row["instance"],
-        version=row["version"] or "",
-    )
-
-
-def _free(election: str, term: int) -> Lease:
-    return Lease(election, None, "", term, None, None)
+def _free(election: str, row: Any, me: Candidate | None, ttl: float) -> Lease:
+    """The lock is free (or about to be): the row's term, its reservation while it lasts,
+    and the members it lists."""
+    members = records.members(row["members"], me, ttl)
+    return dataclasses.replace(released_lease(election, row), members=members)

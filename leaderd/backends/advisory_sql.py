@@ -5,11 +5,22 @@ docs/postgresql.md shows each statement with the reasoning behind it.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
+from typing import Any
 
+from . import pg_records as records
+from .base import Candidate, Lease
 from .pgconn import quote_literal_ms, version_sql
-from .pgreservation import CLEAR, COLUMNS, RESERVE, reservation_sql, reserved_sql
+from .pgreservation import (
+    CLEAR,
+    COLUMNS,
+    RESERVE,
+    released_lease,
+    reservation_sql,
+    reserved_sql,
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS {t} (
@@ -77,9 +88,13 @@ _TAKEOVER = {
 # applies only while this very session holds the lock, and then as the lease backend's
 # rules say: free, this process's (a renewal unless expired), or a takeover.
 # $1 election, $2 key, $3 node id, $4 instance, $5 address, $6 ttl, $7 channel,
-# $8 takeover version, $9 min_term, $10 this session's backend_start (SESSION).
+# $8 takeover version, $9 min_term, $10 this session's backend_start (SESSION),
+# $11 leaderd version, $12 lost_term. With it: the member's heartbeat and, when a term
+# began, its history record (pg_records.py).
 CAS = f"""
-WITH me AS MATERIALIZED (
+WITH prev AS MATERIALIZED (
+    SELECT holder, instance, term, expires_at FROM {{t}} WHERE election = $1
+), me AS MATERIALIZED (
     SELECT pg_backend_pid() AS pid, $10::timestamptz AS started,
         EXISTS (SELECT FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
                 AND l.objsubid = 1 AND {_KEY} = $2 AND l.pid = pg_backend_pid()) AS locked
@@ -100,20 +115,21 @@ WITH me AS MATERIALIZED (
     WHERE (c.holder IS NULL AND NOT {reserved_sql("c", "excluded.holder")}) OR {_MINE}
        OR (c.holder IS NOT NULL AND {{takeover}})
     RETURNING {_COLUMNS}
-)
+), {records.HEARD}, {records.HISTORY_CTES}
 SELECT cas.*, me.pid AS session_pid, me.locked,
     CASE WHEN cas.acquired_at = now() THEN pg_notify($7, cas.term || ' acquired ' || $1)::text
-    END AS notified
+    END AS notified, {records.MEMBERS} AS members
 FROM cas, me
 UNION ALL
-SELECT {_COLUMNS}, me.pid, me.locked, NULL
+SELECT {_COLUMNS}, me.pid, me.locked, NULL, {records.MEMBERS}
 FROM me LEFT JOIN {{t}} AS c ON c.election = $1
 WHERE NOT EXISTS (SELECT FROM cas)
 """
+_CAS_ARGS = {"e": "$1", "n": "$3", "i": "$4", "a": "$5", "ttl": "$6", "v": "$11", "lost": "$12"}
 # $1 election, $2 key: the companion row and the session holding the lock (if any);
 # ``recorded``: that session is the one the row names (pid and start: pids are reused).
 OBSERVE = f"""
-SELECT {_COLUMNS}, l.pid AS lock_pid,
+SELECT {_COLUMNS}, {records.MEMBERS} AS members, l.pid AS lock_pid,
     coalesce(l.pid = c.pid AND (a.backend_start IS NULL OR c.backend_start IS NULL
                                 OR a.backend_start = c.backend_start), false) AS recorded
 FROM (SELECT) AS one
@@ -122,22 +138,56 @@ LEFT JOIN pg_locks l ON l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
     AND {_KEY} = $2 AND l.database = {_THIS_DATABASE}
 LEFT JOIN pg_stat_activity a ON a.pid = l.pid
 """
+# The same, registering a member: $3 node id, $4 instance, $5 address, $6 ttl, $7 version,
+# $8 lost_term (a standby's rounds are reads: they relabel its lost term too).
+OBSERVE_HEARD = f"WITH {records.HEARD}, {records.RELABELED}\n{OBSERVE}"
+_OBSERVE_ARGS = {"e": "$1", "n": "$3", "i": "$4", "a": "$5", "ttl": "$6", "v": "$7", "lost": "$8"}
 # $1 election, $2 node id, $3 instance, $4 term, $5 channel, $6 reserved for ('': none), $7
-# its seconds. It commits on its own, before the lock is freed (UNLOCK, the next statement):
-# a standby granted the lock never reads the row as it was before the release.
+# its seconds, $8 end reason. It commits on its own, before the lock is freed (UNLOCK, the
+# next statement): a standby granted the lock never reads the row as it was before the release.
 RELEASE = f"""
-WITH r AS (
+WITH released AS (
     UPDATE {{t}} AS c SET holder = NULL, instance = '', address = '', released_at = now(),
         version = c.version + 1, {RESERVE}
     WHERE election = $1 AND holder = $2 AND instance = $3 AND term = $4
     RETURNING term
-)
-SELECT pg_notify($5, term || ' released ' || $1)::text FROM r
+), {records.RELEASED}
+SELECT pg_notify($5, term || ' released ' || $1)::text FROM released
 """
 
 
-def cas_sql(table: str, takeover: str) -> str:
-    return CAS.format(t=table, live=_LIVE[takeover], takeover=_TAKEOVER[takeover])
+def statements(table: str, names: dict[str, str], takeover: str) -> dict[str, str]:
+    """Every statement of the backend for the lease ``table`` and its records' tables."""
+    live, take = _LIVE[takeover], _TAKEOVER[takeover]
+    return {
+        "cas": CAS.format(t=table, live=live, takeover=take, **names, **_CAS_ARGS),
+        "observe": OBSERVE.format(t=table, **names, e="$1"),
+        "observe_heard": OBSERVE_HEARD.format(t=table, **names, **_OBSERVE_ARGS),
+        "release": RELEASE.format(t=table, **names, e="$1", reason="$8"),
+        "history": records.HISTORY.format(**names),
+    }
+
+
+def row_lease(
+    election: str, row: Any, live: bool, me: Candidate | None = None, ttl: float = 0.0
+) -> Lease:
+    """A row that names a holder; ``live``: its session holds the lock (no expiry).
+    ``me``: the candidate whose heartbeat this statement was, listed as heard now."""
+    members = records.members(row["members"], me, ttl)
+    if row["holder"] is None:
+        return dataclasses.replace(released_lease(election, row), members=members)
+    expires_in = None if live else max(0.0, float(row["expires_in"] or 0.0))
+    return Lease(
+        election,
+        row["holder"],
+        row["address"],
+        int(row["term"]),
+        row["acquired_at"],
+        expires_in,
+        instance=row["instance"],
+        version=row["version"] or "",
+        members=members,
+    )
 
 
 def advisory_key(election: str) -> int:

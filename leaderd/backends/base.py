@@ -24,6 +24,11 @@ Contract shared by every backend (the contract test suite checks it):
   hand-over to a chosen standby): until then only that node id may acquire it, and every
   acquisition clears the reservation (docs/algorithm.md, "Hand-over to a chosen standby").
 * Driver exceptions never escape: they are translated into ``BackendError``.
+* Every acquire-or-renew, and every observe that names a candidate, registers that candidate
+  as a member (records.Member) in the same request, and the answer lists the election's
+  members; members silent for PRUNE_AFTER_TTLS of their ttl are deleted.
+* Every change of holder is recorded (records.Tenure) in the transaction that makes it where
+  the backend allows it, with how the previous term ended; HISTORY_RETENTION records are kept.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
+
+from .. import __version__
+from .records import EndReason, Member, Tenure
 
 
 class BackendError(Exception):
@@ -70,6 +78,8 @@ class Candidate:
     # One per process: a restarted daemon, or a second daemon with the same node id, is
     # another holder (docs/algorithm.md, "Holders, instances and taking over").
     instance: str = field(default_factory=new_instance)
+    # The daemon's leaderd version, listed with the members.
+    leaderd_version: str = __version__
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +109,9 @@ class Lease:
     reserved_for: str = ""
     # Seconds the reservation lasts, judged by the backend's clock; 0 without one.
     reserved_in: float = 0.0
+    # The election's members as this request saw them (the asking candidate included);
+    # not part of the lease's identity.
+    members: tuple[Member, ...] = field(default=(), compare=False)
 
     def held_by(self, candidate: Candidate) -> bool:
         """The lease is this very process's (node id and instance) and not expired."""
@@ -162,8 +175,14 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def observe(self, election: str) -> Lease:
-        """Read the lease without changing it. Must be cheap: followers call it."""
+    async def observe(
+        self, election: str, candidate: Candidate | None = None, ttl: float = 0.0
+    ) -> Lease:
+        """Read the lease without changing it. Must be cheap: followers call it.
+
+        With a ``candidate`` (and its ``ttl``), register it as a member in the same request
+        (a cooling-down node stays listed); the answer lists the members either way.
+        """
 
     @abc.abstractmethod
     async def acquire_or_renew(
@@ -176,6 +195,7 @@ class Backend(abc.ABC):
         *,
         takeover: str = "",
         min_term: int = 0,
+        lost_term: int = 0,
     ) -> Lease:
         """Atomically take or extend the lease for ``candidate``, and return it.
 
@@ -193,6 +213,11 @@ class Backend(abc.ABC):
         answer is sent. Otherwise nothing changes and the current holder is returned.
         The caller holds the lease iff ``result.held_by(candidate)``.
 
+        The same request registers the candidate as a member and lists the members. An
+        acquisition records a history record for the new term and ends the previous one
+        (records.end_of_acquisition). ``lost_term``: a term this candidate stepped down from
+        unable to reach the backend; its record, once ended, says "lost the backend".
+
         Must give up after ``timeout`` seconds (raise BackendUnavailable): the engine
         sends it with what is left before its deadline. A backend that can wait for a
         held lease inside the request (a blocking advisory lock) may block up to
@@ -205,12 +230,14 @@ class Backend(abc.ABC):
         election: str,
         candidate: Candidate,
         term: int,
+        reason: EndReason = EndReason.RELEASED,
         *,
         reserve_for: str = "",
         ttl: float = 0.0,
     ) -> None:
         """Expire the lease in place if ``candidate`` (node id and instance) holds it with
-        ``term``, even if the backend already judged it expired; else no-op.
+        ``term``, even if the backend already judged it expired; else no-op. The term's
+        history record ends with ``reason`` in the same transaction.
 
         With ``reserve_for``, the free lease is reserved for that node id for ``ttl``
         seconds of the backend's clock, in the same atomic write. The term is kept. Wake
@@ -225,6 +252,10 @@ class Backend(abc.ABC):
         Spurious early returns are allowed; missing a change only costs latency,
         never safety. Must not raise on timeout.
         """
+
+    @abc.abstractmethod
+    async def history(self, election: str, limit: int) -> list[Tenure]:
+        """The newest ``limit`` history records of ``election``, newest first."""
 
     @abc.abstractmethod
     async def close(self) -> None:

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import itertools
 import logging
@@ -32,41 +33,25 @@ import orjson
 
 from .base import Backend, BackendError, BackendUnavailable, Candidate, Lease
 from .etcd_gateway import EtcdClient, EtcdError, EtcdSettings, b64, prefix_end, unb64
-from .etcd_keys import (
-    NO_RESERVATION,
-    Holder,
-    Reservation,
-    compare,
-    reservation,
-    revision_of,
-    to_int,
-    when,
-)
-from .etcd_keys import holder as holder_of
+from .etcd_records import Keys, MemberClock, tenures
+from .etcd_state import TEND as _TEND
+from .etcd_state import Holder as _Holder
+from .etcd_state import Spare as _Spare
+from .etcd_state import State as _State
+from .etcd_state import compare as _compare
+from .etcd_state import holder_of as _holder
+from .etcd_state import int_of as _int
+from .etcd_state import reservation
+from .etcd_state import revision_of as _revision
+from .etcd_state import when as _when
 from .etcd_watch import PrefixWatch
+from .records import EndReason, Member, Tenure
 
 log = logging.getLogger(__name__)
 
 _DEFAULT_TIMEOUT = 5.0  # observe and release have no timeout argument
 _LEASE_NOT_FOUND = 5  # gRPC NOT_FOUND: "etcdserver: requested lease not found"
 _LESSOR_SWEEP = 0.5  # how often etcd's lessor deletes the keys of expired leases
-_SLOW = 0.9  # the slowest rate a clock may run at against another's (clock_drift < 0.1)
-# A spare with < _FRESH ttl left is kept alive with the transaction; < _TEND, by a round.
-_FRESH, _TEND = 0.75, 0.8
-
-
-@dataclass(frozen=True)
-class _State:
-    """One election as etcd showed it at ``revision``."""
-
-    revision: int
-    holder: Holder | None
-    term: int
-    term_modified: int  # the term key's mod revision, 0 while it does not exist
-    reserved: Reservation = NO_RESERVATION  # a hand-over's, while its lease lasts
-
-    def reserved_against(self, me: Candidate) -> bool:
-        return self.holder is None and self.reserved.node_id not in ("", me.node_id)
 
 
 @dataclass(frozen=True)
@@ -78,27 +63,10 @@ class _Ask:
     ttl: float
     min_term: int
     give_up: float  # time.monotonic()
+    lost_term: int = 0
 
     def left(self) -> float:
         return self.give_up - time.monotonic()
-
-
-@dataclass(frozen=True)
-class _Spare:
-    """A granted lease with no key, for the next acquisition."""
-
-    id: int
-    ttl: int  # its ttl in etcd: whole seconds, at least etcd's minimum
-    kept_at: float  # time.monotonic() when its grant or last keepalive was SENT
-
-    def left(self) -> float:
-        """Seconds it surely has left: its age counts as age / 0.9, so that whatever the
-        clocks' rates (drift < 10%), it never outlasts what etcd's lessor gives it."""
-        return self.ttl - (time.monotonic() - self.kept_at) / _SLOW
-
-    def fresh(self, ttl: float) -> bool:
-        """3/4 of a ttl left: the new leader's first deadline comes well after its first renewal."""
-        return self.left() >= _FRESH * ttl
 
 
 class EtcdBackend(Backend):
@@ -113,6 +81,8 @@ class EtcdBackend(Backend):
         self._answers = itertools.count(1)
         self._spares: dict[str, _Spare] = {}  # never revoked: an unused lease ends by itself
         self._watch = PrefixWatch(self._etcd, self._prefix, self._on_event)
+        self._members: dict[str, tuple[Member, ...]] = {}  # as the last answer listed them
+        self._member_clock = MemberClock()
 
     @classmethod
     def from_url(cls, url: str) -> EtcdBackend:
@@ -133,8 +103,12 @@ class EtcdBackend(Backend):
         body = {"key": b64(self._prefix), "range_end": prefix_end(self._prefix), "count_only": True}
         await self._call("/v3/kv/range", body, _DEFAULT_TIMEOUT, "reading the elections")
 
-    async def observe(self, election: str) -> Lease:
-        state = await self._read(election, _DEFAULT_TIMEOUT)
+    async def observe(
+        self, election: str, candidate: Candidate | None = None, ttl: float = 0.0
+    ) -> Lease:
+        give_up = time.monotonic() + _DEFAULT_TIMEOUT
+        ask = _Ask(election, candidate, ttl, 0, give_up) if candidate else None
+        state = await self._read(election, _DEFAULT_TIMEOUT, ask)
         if state.holder is None:
             return await self._reserved_answer(election, state, _DEFAULT_TIMEOUT)
         body = {"ID": state.holder.lease}
@@ -151,15 +125,16 @@ class EtcdBackend(Backend):
         *,
         takeover: str = "",
         min_term: int = 0,
+        lost_term: int = 0,
     ) -> Lease:
-        ask = _Ask(election, candidate, ttl, min_term, time.monotonic() + timeout)
+        ask = _Ask(election, candidate, ttl, min_term, time.monotonic() + timeout, lost_term)
         state, fresh = self._states.get(election), False
         for _ in range(3):
             # Another holder (or nothing known) is always read again; a key a watch event said
             # was freed, or our own, go straight to their transaction or keepalive.
             if state is None or not (fresh or state.holder is None or _mine(state, candidate)):
                 state = await self._look(ask)
-            if state.reserved_against(candidate):
+            if state.reserved_against(candidate.node_id):
                 return await self._reserved_answer(election, await self._look(ask), ask.left())
             if state.holder is None:
                 state, lease = await self._acquire(ask, state)
@@ -177,6 +152,7 @@ class EtcdBackend(Backend):
         election: str,
         candidate: Candidate,
         term: int,
+        reason: EndReason = EndReason.RELEASED,
         *,
         reserve_for: str = "",
         ttl: float = 0.0,
@@ -188,17 +164,24 @@ class EtcdBackend(Backend):
         if holder is None or not _mine(state, candidate) or holder.term != term:
             return
         key = b64(self._key(election))
-        success: list[dict[str, Any]] = [{"request_delete_range": {"key": key}}]
+        success: list[dict[str, Any]] = [
+            {"request_delete_range": {"key": key}},
+            self._keys(election).released(term, reason),
+        ]
         if reserve_for:  # the reserved key lives under a lease of its own: one ttl
             granted = await self._grant_lease(ttl, _DEFAULT_TIMEOUT)
             reserved = {"key": b64(self._reserved_key(election)), "value": b64(reserve_for)}
             success.append({"request_put": {**reserved, "lease": granted[0]}})
-        body = {"compare": [compare(key, "CREATE", holder.created)], "success": success}
+        body = {"compare": [_compare(key, "CREATE", holder.created)], "success": success}
         answer = await self._call("/v3/kv/txn", body, _DEFAULT_TIMEOUT, "releasing the lease")
         if answer.get("succeeded"):
-            self._remember(election, replace(state, revision=revision_of(answer), holder=None))
+            self._remember(election, replace(state, revision=_revision(answer), holder=None))
             # The lease outlives its key: it is the spare of this node's next acquisition.
             self._spares[election] = _Spare(holder.lease, 1, -math.inf)  # ttl: a keepalive says
+
+    async def history(self, election: str, limit: int) -> list[Tenure]:
+        body = {"success": self._keys(election).read_history(limit)}
+        return tenures(election, await self._call("/v3/kv/txn", body, _DEFAULT_TIMEOUT, "reading"))
 
     async def wait_for_change(self, election: str, timeout: float) -> None:
         await self._watch.wait(election, self._answered.get(election, 0), timeout)
@@ -224,12 +207,12 @@ class EtcdBackend(Backend):
                  "term": term, "acquired_at": now}  # fmt: skip
         key, term_key = b64(self._key(ask.election)), b64(self._term_key(ask.election))
         reserved_key = b64(self._reserved_key(ask.election))
-        body = {
+        body: dict[str, list[dict[str, Any]]] = {
             # The reservation is as read: none, or this node's (which the acquisition ends).
             "compare": [
-                compare(key, "CREATE", 0),
-                compare(term_key, "MOD", state.term_modified),
-                compare(reserved_key, "CREATE", state.reserved.created),
+                _compare(key, "CREATE", 0),
+                _compare(term_key, "MOD", state.term_modified),
+                _compare(reserved_key, "CREATE", state.reserved.created),
             ],
             "success": [
                 {"request_put": {"key": key, "value": b64(orjson.dumps(value)), "lease": spare.id}},
@@ -238,6 +221,10 @@ class EtcdBackend(Backend):
             ],
             "failure": [{"request_range": {"key": k}} for k in (key, term_key, reserved_key)],
         }
+        # The member's heartbeat either way; the new term's history record on success.
+        keys, heard = self._keys(ask.election), self._heard(ask)
+        body["success"] += [*keys.began(me, term, now), *heard, keys.list_members()]
+        body["failure"] += [*heard, keys.list_members()]
         # A spare that is not fresh is kept alive with the transaction: its ttl then counts
         # from after the engine's t_send (0: it had expired). A fresh one counts what it has.
         sent_at, refresh = time.monotonic(), not spare.fresh(ask.ttl)
@@ -251,12 +238,13 @@ class EtcdBackend(Backend):
                 raise
             return state, None  # the spare had expired: a new one next time round
         spare = replace(spare, ttl=kept, kept_at=sent_at) if refresh else spare
+        self._note_members(ask.election, answer, me)
         if not answer.get("succeeded"):
             if spare.ttl:
                 self._spares[ask.election] = spare
             return self._remember(ask.election, self._parse(answer)), None
-        revision = revision_of(answer)
-        holder = Holder(me.node_id, me.address, me.instance, term, now, spare.id, revision)
+        revision = _revision(answer)
+        holder = _Holder(me.node_id, me.address, me.instance, term, now, spare.id, revision)
         state = self._remember(ask.election, _State(revision, holder, term, revision))
         return state, self._answer(ask.election, state, max(0.0, spare.left()))
 
@@ -265,7 +253,7 @@ class EtcdBackend(Backend):
         assert state.holder is not None
         ours, sent_at = state.holder, time.monotonic()
         kept, state = await asyncio.gather(
-            self._keepalive(ours.lease, ask), self._read(ask.election, ask.left())
+            self._keepalive(ours.lease, ask), self._read(ask.election, ask.left(), ask)
         )
         holder = state.holder
         if holder is None or holder.created != ours.created:
@@ -277,7 +265,7 @@ class EtcdBackend(Backend):
 
     async def _look(self, ask: _Ask) -> _State:
         """A follower's round: read the election, and tend the spare meanwhile."""
-        state, _ = await asyncio.gather(self._read(ask.election, ask.left()), self._tend(ask))
+        state, _ = await asyncio.gather(self._read(ask.election, ask.left(), ask), self._tend(ask))
         return state
 
     async def _tend(self, ask: _Ask) -> None:
@@ -303,7 +291,7 @@ class EtcdBackend(Backend):
         """A new etcd lease of at least ``ttl`` (whole seconds): its id and its ttl."""
         body = {"TTL": max(1, math.ceil(ttl))}
         answer = await self._call("/v3/lease/grant", body, timeout, "granting a lease")
-        lease, granted = to_int(answer.get("ID")), to_int(answer.get("TTL"))
+        lease, granted = _int(answer.get("ID")), _int(answer.get("TTL"))
         if not lease or not granted:
             raise BackendUnavailable(f"granting a lease: etcd answered {answer!r}")
         return lease, granted
@@ -312,16 +300,42 @@ class EtcdBackend(Backend):
         """The lease's ttl from now on; 0 if it has expired."""
         body = {"ID": lease}
         answer = await self._call("/v3/lease/keepalive", body, ask.left(), "renewing the lease")
-        return to_int(answer.get("result", {}).get("TTL"))
+        return _int(answer.get("result", {}).get("TTL"))
 
     # ---- reading, remembering and answering ----------------------------------------------
 
-    async def _read(self, election: str, timeout: float) -> _State:
-        """The keys of an election, in one read-only transaction (one revision)."""
+    async def _read(self, election: str, timeout: float, ask: _Ask | None = None) -> _State:
+        """The keys of an election and its members, in one transaction (one revision);
+        with ``ask``, that member's heartbeat too."""
         keys = (self._key(election), self._term_key(election), self._reserved_key(election))
         ranges = [{"request_range": {"key": b64(key)}} for key in keys]
+        ranges += [*self._heard(ask), self._keys(election).list_members()]
         answer = await self._call("/v3/kv/txn", {"success": ranges}, timeout, "reading the lease")
+        self._note_members(election, answer, ask.me if ask else None)
+        await self._prune(election, max(0.001, timeout / 2))
         return self._remember(election, self._parse(answer))
+
+    def _heard(self, ask: _Ask | None) -> list[dict[str, Any]]:
+        """The operations of a member's heartbeat (and of a term it lost etcd in)."""
+        if ask is None:
+            return []
+        keys = self._keys(ask.election)
+        lost = [keys.lost(ask.lost_term)] if ask.lost_term else []
+        return [keys.heard(ask.me, ask.ttl), *lost]
+
+    def _note_members(self, election: str, answer: Any, me: Candidate | None) -> None:
+        keys = self._keys(election)
+        self._members[election] = self._member_clock.members(keys.listed(answer), me, keys)
+
+    async def _prune(self, election: str, timeout: float) -> None:
+        """Delete the members silent for long, each only if still unchanged (rare: one
+        request per member that went away)."""
+        keys = self._keys(election)
+        for key, revision in self._member_clock.silent(self._members.get(election, ()), keys):
+            body = {"compare": [_compare(b64(key), "MOD", revision)],
+                    "success": [{"request_delete_range": {"key": b64(key)}}]}  # fmt: skip
+            with contextlib.suppress(BackendError):
+                await self._call("/v3/kv/txn", body, timeout, "pruning a member")
 
     def _parse(self, answer: Any) -> _State:
         """The leader, term and reserved keys' ranges of a transaction (missing ones read as
@@ -330,12 +344,10 @@ class EtcdBackend(Backend):
             (r.get("response_range", {}).get("kvs") or [{}])[0] for r in answer.get("responses", [])
         ]
         leader, term, reserved = [*kvs, {}, {}, {}][:3]
-        holder = holder_of(leader) if leader else None
-        stored = to_int(unb64(term.get("value", "")).decode(errors="replace"))
-        held, modified = holder.term if holder else 0, to_int(term.get("mod_revision"))
-        return _State(
-            revision_of(answer), holder, max(stored, held), modified, reservation(reserved)
-        )
+        holder = _holder(leader) if leader else None
+        stored = _int(unb64(term.get("value", "")).decode(errors="replace"))
+        held, modified = holder.term if holder else 0, _int(term.get("mod_revision"))
+        return _State(_revision(answer), holder, max(stored, held), modified, reservation(reserved))
 
     def _remember(self, election: str, state: _State) -> _State:
         known = self._states.get(election)
@@ -358,17 +370,17 @@ class EtcdBackend(Backend):
         self, election: str, state: _State, expires_in: float | None, reserved_in: float = 0.0
     ) -> Lease:
         self._answered[election] = max(self._answered.get(election, 0), state.revision)
-        holder = state.holder
+        holder, members = state.holder, self._members.get(election, ())
         if holder is None:
             to = state.reserved.node_id if reserved_in > 0 else ""
             return Lease(election, None, "", state.term, None, None, reserved_for=to,
-                         reserved_in=reserved_in if to else 0.0)  # fmt: skip
+                         reserved_in=reserved_in if to else 0.0, members=members)  # fmt: skip
         # Every answer that finds the key is a new version: proof that etcd keeps the lease alive
         # (its lessor deletes the key otherwise), so the engine never waits to take it over.
         version = f"{holder.created}.{next(self._answers)}"
         return Lease(election, holder.node_id, holder.address, holder.term,
-                     when(holder.acquired_at), expires_in, instance=holder.instance,
-                     version=version)  # fmt: skip
+                     _when(holder.acquired_at), expires_in, instance=holder.instance,
+                     version=version, members=members)  # fmt: skip
 
     def _on_event(self, key: str, kv: dict[str, Any] | None, revision: int) -> str | None:
         """A watch event (kv None: deleted): update what we know; the election it concerns."""
@@ -379,12 +391,12 @@ class EtcdBackend(Backend):
         if known is None or revision < known.revision:
             return election
         if what == "leader":
-            holder = None if kv is None else holder_of(kv)
+            holder = None if kv is None else _holder(kv)
             self._states[election] = replace(known, revision=revision, holder=holder)
         elif what == "reserved":
             self._states[election] = replace(known, revision=revision, reserved=reservation(kv))
         elif kv is not None:
-            term = to_int(unb64(kv.get("value", "")).decode(errors="replace"))
+            term = _int(unb64(kv.get("value", "")).decode(errors="replace"))
             self._states[election] = replace(
                 known, revision=revision, term=term, term_modified=revision
             )
@@ -394,6 +406,9 @@ class EtcdBackend(Backend):
         if timeout <= 0:
             raise BackendUnavailable(f"{doing}: no time left")
         return await self._etcd.call(path, body, timeout, doing)
+
+    def _keys(self, election: str) -> Keys:
+        return Keys(f"{self._prefix}{election}/")
 
     def _key(self, election: str) -> str:
         return f"{self._prefix}{election}/leader"

@@ -22,16 +22,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import asyncpg
 
+from . import pg_records as records
 from .base import Backend, BackendUnavailable, Candidate, Lease
 from .pgconn import Closer, Deadline, close_quietly, connect, ensure_table, request, version_sql
 from .pglisten import Listener, notify_channel
 from .pgreservation import CLEAR, COLUMNS, RESERVE, released_lease, reservation_sql, reserved_sql
 from .pgsettings import PgSettings
+from .records import EndReason, Tenure
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS {t} (
@@ -62,9 +65,13 @@ _LEASE_COLUMNS = f"""
 
 _MINE = "(l.holder = excluded.holder AND l.instance = excluded.instance)"
 # $1 election, $2 node id, $3 instance, $4 address, $5 ttl seconds, $6 channel,
-# $7 takeover (the version the engine watched for one ttl, or ''), $8 min_term.
+# $7 takeover (the version the engine watched for one ttl, or ''), $8 min_term,
+# $9 leaderd version, $10 lost_term. With it, in the same transaction: the member's
+# heartbeat and, when a term began, its history record (pg_records.py).
 _ACQUIRE = f"""
-WITH cas AS (
+WITH prev AS MATERIALIZED (
+    SELECT holder, instance, term, expires_at FROM {{t}} WHERE election = $1
+), cas AS (
     INSERT INTO {{t}} AS l (election, holder, instance, address, term, acquired_at, renewed_at,
                            expires_at, version)
     VALUES ($1, $2, $3, $4, GREATEST(1, $8::bigint), now(), now(),
@@ -80,25 +87,31 @@ WITH cas AS (
     WHERE (l.holder IS NULL AND NOT {reserved_sql("l", "excluded.holder")}) OR {_MINE}
        OR (l.holder IS NOT NULL AND l.expires_at <= now() AND {version_sql("l")} = $7::text)
     RETURNING {{cols}}
+), {records.HEARD}, {records.HISTORY_CTES}, answer AS (
+    SELECT *, CASE WHEN acquired_at = now()
+        THEN pg_notify($6, term || ' acquired ' || $1)::text END AS notified
+    FROM cas
+    UNION ALL
+    SELECT {{cols}}, NULL FROM {{t}} AS l WHERE election = $1 AND NOT EXISTS (SELECT FROM cas)
 )
-SELECT *, CASE WHEN acquired_at = now()
-    THEN pg_notify($6, term || ' acquired ' || $1)::text END AS notified
-FROM cas
-UNION ALL
-SELECT {{cols}}, NULL FROM {{t}} AS l WHERE election = $1 AND NOT EXISTS (SELECT FROM cas)
+SELECT answer.*, {records.MEMBERS} AS members FROM answer
 """
+_ACQUIRE_ARGS = {"e": "$1", "n": "$2", "i": "$3", "a": "$4", "ttl": "$5", "v": "$9", "lost": "$10"}
 
-_OBSERVE = "SELECT {cols} FROM {t} AS l WHERE election = $1"
+_OBSERVE = f"SELECT {{cols}}, {records.MEMBERS} AS members FROM {{t}} AS l WHERE election = $1"
+# $1 election, $2 node id, $3 instance, $4 address, $5 ttl, $6 leaderd version.
+_OBSERVE_HEARD = f"WITH {records.HEARD}\n{_OBSERVE}"
+_OBSERVE_ARGS = {"e": "$1", "n": "$2", "i": "$3", "a": "$4", "ttl": "$5", "v": "$6"}
 
 # $1 election, $2 node id, $3 instance, $4 term, $5 channel, $6 reserved for ('': none),
-# $7 the reservation's seconds.
+# $7 the reservation's seconds, $8 end reason.
 _RELEASE = f"""
 WITH released AS (
     UPDATE {{t}} AS l SET holder = NULL, instance = '', address = '', renewed_at = now(),
         expires_at = now(), version = l.version + 1, {RESERVE}
     WHERE election = $1 AND holder = $2 AND instance = $3 AND term = $4
     RETURNING election, term
-)
+), {records.RELEASED}
 SELECT pg_notify($5, term || ' released ' || election)::text FROM released
 """
 
@@ -112,10 +125,12 @@ class PostgresLeaseBackend(Backend):
 
     def __init__(self, settings: PgSettings) -> None:
         self._pg = settings
-        table = settings.qualified_table
-        self._sql_acquire = _ACQUIRE.format(t=table, cols=_LEASE_COLUMNS)
-        self._sql_observe = _OBSERVE.format(t=table, cols=_LEASE_COLUMNS)
-        self._sql_release = _RELEASE.format(t=table)
+        names = {"t": settings.qualified_table, "cols": _LEASE_COLUMNS, **records.tables(settings)}
+        self._sql_acquire = _ACQUIRE.format(**names, **_ACQUIRE_ARGS)
+        self._sql_observe = _OBSERVE.format(**names, e="$1")
+        self._sql_observe_heard = _OBSERVE_HEARD.format(**names, **_OBSERVE_ARGS)
+        self._sql_release = _RELEASE.format(**names, e="$1", reason="$8")
+        self._sql_history = records.HISTORY.format(**names)
         self._listener = Listener(settings, notify_channel(settings.table))
         self._pool = _Pool(settings, size=4)
         self._table_ready = False
@@ -139,11 +154,16 @@ class PostgresLeaseBackend(Backend):
         await self._request("creating the lease table", _DEFAULT_TIMEOUT, "")
         await self._listener.ready(self._pg.connect_timeout)
 
-    async def observe(self, election: str) -> Lease:
-        rows = await self._request(
-            "reading the lease", _DEFAULT_TIMEOUT, self._sql_observe, election
-        )
-        return self._saw(_lease(election, rows[0] if rows else None))
+    async def observe(
+        self, election: str, candidate: Candidate | None = None, ttl: float = 0.0
+    ) -> Lease:
+        doing, me = "reading the lease", candidate
+        if me is None:
+            rows = await self._request(doing, _DEFAULT_TIMEOUT, self._sql_observe, election)
+        else:
+            args = (election, me.node_id, me.instance, me.address, float(ttl), me.leaderd_version)
+            rows = await self._request(doing, _DEFAULT_TIMEOUT, self._sql_observe_heard, *args)
+        return self._saw(_lease(election, rows[0] if rows else None, me, ttl))
 
     async def acquire_or_renew(
         self,
@@ -155,15 +175,15 @@ class PostgresLeaseBackend(Backend):
         *,
         takeover: str = "",
         min_term: int = 0,
+        lost_term: int = 0,
     ) -> Lease:
         me = candidate
-        args = (election, me.node_id, me.instance, me.address, float(ttl), self._listener.channel)
+        args = (election, me.node_id, me.instance, me.address, float(ttl), self._listener.channel,
+                takeover, min_term, me.leaderd_version, lost_term)  # fmt: skip
         for _ in range(3):
-            rows = await self._request(
-                "acquiring the lease", timeout, self._sql_acquire, *args, takeover, min_term
-            )
+            rows = await self._request("acquiring the lease", timeout, self._sql_acquire, *args)
             if rows:
-                return self._saw(_lease(election, rows[0]))
+                return self._saw(_lease(election, rows[0], me, ttl))
             # A concurrent first INSERT won, after this statement's snapshot: read again.
         raise BackendUnavailable(f"acquiring the lease on {self.description}: lost three races")
 
@@ -172,6 +192,7 @@ class PostgresLeaseBackend(Backend):
         election: str,
         candidate: Candidate,
         term: int,
+        reason: EndReason = EndReason.RELEASED,
         *,
         reserve_for: str = "",
         ttl: float = 0.0,
@@ -180,7 +201,12 @@ class PostgresLeaseBackend(Backend):
         args = (election, me.node_id, me.instance, term, self._listener.channel)
         reservation = (reserve_for, float(ttl) if reserve_for else 0.0)
         await self._request("releasing the lease", _DEFAULT_TIMEOUT, self._sql_release,
-                            *args, *reservation)  # fmt: skip
+                            *args, *reservation, reason.value)  # fmt: skip
+
+    async def history(self, election: str, limit: int) -> list[Tenure]:
+        doing = "reading the history"
+        rows = await self._request(doing, _DEFAULT_TIMEOUT, self._sql_history, election, limit)
+        return records.tenures(rows)
 
     async def wait_for_change(self, election: str, timeout: float) -> None:
         await self._listener.wait(election, timeout)
@@ -209,6 +235,7 @@ class PostgresLeaseBackend(Backend):
         async with self._pool.connection(deadline) as conn:
             if not self._table_ready:
                 await ensure_table(self._pg, conn, _SCHEMA, _UPGRADE)
+                await records.create(self._pg, conn)
                 self._table_ready = True
             rows: list[Any] = await conn.fetch(sql, *args) if sql else []
             return rows
@@ -255,13 +282,14 @@ class _Pool:
         await asyncio.gather(*(close_quietly(c) for c in idle), self._closer.wait())
 
 
-def _lease(election: str, row: Any) -> Lease:
+def _lease(election: str, row: Any, me: Candidate | None = None, ttl: float = 0.0) -> Lease:
     """The lease a row shows. An expired lease still names its holder (expires_in 0): it
     was never released, and only the takeover rule may end it."""
     if row is None:  # never held
         return Lease(election, None, "", 0, None, None)
+    members = records.members(row["members"], me, ttl)
     if row["holder"] is None:  # released: the term is kept
-        return released_lease(election, row)
+        return dataclasses.replace(released_lease(election, row), members=members)
     return Lease(
         election,
         row["holder"],
@@ -271,4 +299,5 @@ def _lease(election: str, row: Any) -> Lease:
         max(0.0, float(row["expires_in"])),
         instance=row["instance"],
         version=row["version"],
+        members=members,
     )

@@ -21,11 +21,13 @@ import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import aiosqlite
 
 from ..clock import boottime
+from . import sqlite_records as records
 from .base import (
     Backend,
     BackendError,
@@ -34,6 +36,7 @@ from .base import (
     Candidate,
     Lease,
 )
+from .records import EndReason, Member, Tenure
 from .sqlite_host import (
     DirectoryLock,
     FileIdentity,
@@ -42,6 +45,7 @@ from .sqlite_host import (
     persist_wal,
     refuse_shared_filesystem,
 )
+from .sqlite_records import iso
 from .sqlite_schema import CAS, RELEASE, SELECT, prepare
 from .sqlite_wake import CommitWatcher
 
@@ -117,8 +121,26 @@ class SQLiteBackend(Backend):
         async with self._request("open", self._busy_timeout):
             pass  # connecting prepares the file: WAL, table, rows, write probe
 
-    async def observe(self, election: str) -> Lease:
-        return await self._read(election, self._busy_timeout)
+    async def observe(
+        self, election: str, candidate: Candidate | None = None, ttl: float = 0.0
+    ) -> Lease:
+        if candidate is None:
+            return await self._read(election, self._busy_timeout, members=True)
+        async with self._request("read", self._busy_timeout) as run:
+            row, now, members = await run(self._heard, election, candidate, ttl)
+            return self._lease(election, row, now, members)
+
+    def _heard(
+        self, db: sqlite3.Connection, election: str, me: Candidate, ttl: float
+    ) -> tuple[_Row | None, float, tuple[Member, ...]]:
+        """A cooling-down candidate's read, with its heartbeat: one transaction, one hop."""
+        db.execute("BEGIN IMMEDIATE")
+        now = boottime()
+        records.heard(db, self.table, election, me, self._clock(now, ttl))
+        row = _fetch(db, self._select, election)
+        members = records.members(db, self.table, election, self._boot_id, now)
+        db.execute("COMMIT")
+        return row, now, members
 
     async def acquire_or_renew(
         self,
@@ -130,6 +152,7 @@ class SQLiteBackend(Backend):
         *,
         takeover: str = "",
         min_term: int = 0,
+        lost_term: int = 0,
     ) -> Lease:
         ask = {
             "election": election,
@@ -139,37 +162,49 @@ class SQLiteBackend(Backend):
             "ttl": ttl,
             "min_term": min_term,
             "takeover": int(takeover) if takeover.isdigit() else -1,
+            "lost_term": lost_term,
         }
         async with self._request("acquire", timeout) as run:
-            row, now = await run(self._claim, ask)
-            return self._lease(election, row, now)
+            row, now, members = await run(self._claim, ask, candidate)
+            return self._lease(election, row, now, members)
 
-    def _claim(self, db: sqlite3.Connection, ask: dict[str, Any]) -> tuple[_Row | None, float]:
-        """The compare-and-set, in the connection's thread: one transaction, one hop."""
+    def _claim(
+        self, db: sqlite3.Connection, ask: dict[str, Any], me: Candidate
+    ) -> tuple[_Row | None, float, tuple[Member, ...]]:
+        """The compare-and-set, the member's heartbeat and the history record, in the
+        connection's thread: one transaction, one hop."""
+        election = ask["election"]
         db.execute("BEGIN IMMEDIATE")
         now = boottime()  # read under the write lock: no one can commit in between
-        self._check_foreign(ask["election"], _fetch(db, self._select, ask["election"]))
+        before = _fetch(db, self._select, election)
+        self._check_foreign(election, before)
         wall = time.time()
         db.execute(
             CAS.format(table=self.table),
             {
                 **ask,
-                "wall": _iso(wall),
-                "expires_at": _iso(wall + ask["ttl"]),
+                "wall": iso(wall),
+                "expires_at": iso(wall + ask["ttl"]),
                 "boot_id": self._boot_id,
                 "now": now,
                 "expires": now + ask["ttl"],
             },
         )
-        row = _fetch(db, self._select, ask["election"])
+        row = _fetch(db, self._select, election)
+        records.heard(db, self.table, election, me, self._clock(now, ask["ttl"]))
+        records.began(db, self.table, election, me, (before, row), (wall, now, self._boot_id))
+        if ask["lost_term"]:
+            records.lost(db, self.table, election, me, ask["lost_term"])
+        members = records.members(db, self.table, election, self._boot_id, now)
         db.execute("COMMIT")
-        return row, now
+        return row, now, members
 
     async def release(
         self,
         election: str,
         candidate: Candidate,
         term: int,
+        reason: EndReason = EndReason.RELEASED,
         *,
         reserve_for: str = "",
         ttl: float = 0.0,
@@ -180,13 +215,24 @@ class SQLiteBackend(Backend):
                 "holder": candidate.node_id,
                 "instance": candidate.instance,
                 "term": term,
-                "wall": _iso(time.time()),
+                "wall": iso(time.time()),
                 "now": boottime(),
                 "reserve_for": reserve_for,
                 "reserve_ttl": ttl if reserve_for else 0.0,
             }
-            # A single autocommit UPDATE: its commit bumps data_version, which wakes standbys.
-            await run(_execute, RELEASE.format(table=self.table), params)
+            # One transaction: its commit bumps data_version, which wakes standbys.
+            await run(self._release, params, reason)
+
+    def _release(self, db: sqlite3.Connection, params: dict[str, Any], reason: EndReason) -> None:
+        db.execute("BEGIN IMMEDIATE")
+        if db.execute(RELEASE.format(table=self.table), params).rowcount > 0:
+            records.released(db, self.table, params, reason)
+        db.execute("COMMIT")
+
+    async def history(self, election: str, limit: int) -> list[Tenure]:
+        async with self._request("history", self._busy_timeout) as run:
+            tenures: list[Tenure] = await run(records.history, self.table, election, limit)
+            return tenures
 
     async def wait_for_change(self, election: str, timeout: float) -> None:
         deadline = boottime() + timeout
@@ -288,20 +334,35 @@ class SQLiteBackend(Backend):
         refuse_shared_filesystem(directory)
         return boot_id()
 
-    async def _read(self, election: str, timeout: float) -> Lease:
+    async def _read(self, election: str, timeout: float, members: bool = False) -> Lease:
         async with self._request("read", timeout) as run:
-            row = await run(_fetch, self._select, election)
-            return self._lease(election, row, boottime())
+            row, now, listed = await run(self._look, election, members)
+            return self._lease(election, row, now, listed)
+
+    def _look(
+        self, db: sqlite3.Connection, election: str, members: bool
+    ) -> tuple[_Row | None, float, tuple[Member, ...]]:
+        row = _fetch(db, self._select, election)
+        now = boottime()
+        if not members:  # a waiter's reads need none
+            return row, now, ()
+        return row, now, records.members(db, self.table, election, self._boot_id, now)
+
+    def _clock(self, now: float, ttl: float) -> dict[str, Any]:
+        """How a member's heartbeat is timed: this host's clocks, and the member's ttl."""
+        return {"wall": iso(time.time()), "boot_id": self._boot_id, "now": now, "ttl": ttl}
 
     def _check_foreign(self, election: str, row: _Row | None) -> None:
         if row is not None:
             self._foreign.check(election, row[5], row[7], self._boot_id)
 
-    def _lease(self, election: str, row: _Row | None, now: float) -> Lease:
+    def _lease(
+        self, election: str, row: _Row | None, now: float, members: tuple[Member, ...] = ()
+    ) -> Lease:
         if row is None:
-            lease = Lease(election, None, "", 0, None, None)
+            lease = Lease(election, None, "", 0, None, None, members=members)
         else:
-            lease = _lease(election, row, now, self._boot_id)
+            lease = replace(_lease(election, row, now, self._boot_id), members=members)
             self._foreign.check(election, row[5], row[7], self._boot_id)
         # A holder's lease lapsing, or a reservation ending, is a change waiters must hear of.
         left = lease.expires_in or lease.reserved_in
@@ -372,10 +433,6 @@ def _translate(exc: BaseException, path: str) -> BackendError:
     if code is not None and code & 0xFF in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM):
         message += ": check that the file and its directory exist and are writable"
     return BackendFatal(message)
-
-
-def _iso(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 def _number(options: dict[str, str], key: str, default: float, low: float, high: float) -> float:

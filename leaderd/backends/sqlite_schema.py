@@ -10,6 +10,7 @@ from contextlib import suppress
 import aiosqlite
 
 from ..clock import boottime
+from . import sqlite_records
 
 SCHEMA_VERSION = 3
 
@@ -98,6 +99,7 @@ async def prepare(
     try:
         new_file = not await _table_exists(conn, table)
         await conn.execute(CREATE.format(table=table))
+        await sqlite_records.create(conn, table)  # members and history: their own tables
         if not new_file and schema < SCHEMA_VERSION:
             await _migrate(conn, table)
         if new_file:

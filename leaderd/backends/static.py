@@ -4,7 +4,8 @@ The term still strictly increases across restarts (docs/algorithm.md, "Fencing t
 (``static:///var/lib/leaderd/static-terms.json``, what a bare ``static://`` in the daemon's
 configuration becomes) the last term of each election is kept in that file, written
 atomically and fsynced before the lease is granted. Without a path (tests), terms live in
-memory only.
+memory only. Members are the candidates that asked (in memory: one daemon); the history
+is kept beside the term file, in ``<term file>.history.json`` (docs/api.md, "History").
 """
 
 from __future__ import annotations
@@ -14,10 +15,14 @@ import contextlib
 import datetime as dt
 import json
 import os
+import time
 import urllib.parse
 from collections.abc import Sequence
+from dataclasses import asdict, replace
+from typing import Any
 
 from .base import Backend, BackendFatal, BackendUnavailable, Candidate, Lease
+from .records import HISTORY_RETENTION, EndReason, Member, Tenure
 
 
 class StaticBackend(Backend):
@@ -30,6 +35,10 @@ class StaticBackend(Backend):
         self.term_file = term_file
         self._leases: dict[str, Lease] = {}
         self._changed: dict[str, asyncio.Event] = {}
+        # (election, node id, instance) -> (candidate, its ttl, when heard: monotonic, wall).
+        self._members: dict[tuple[str, str, str], tuple[Candidate, float, float, dt.datetime]]
+        self._members = {}
+        self._history: dict[str, list[Tenure]] = {}
 
     @classmethod
     def from_url(cls, url: str) -> StaticBackend:
@@ -57,11 +66,18 @@ class StaticBackend(Backend):
 
     async def open(self, elections: Sequence[str]) -> None:
         terms = self._load_terms()
+        self._history = self._load_history()
         for election in elections:
             self._leases.setdefault(election, _free(election, terms.get(election, 0)))
 
-    async def observe(self, election: str) -> Lease:
-        return self._leases.setdefault(election, _free(election, term=0))
+    async def observe(
+        self, election: str, candidate: Candidate | None = None, ttl: float = 0.0
+    ) -> Lease:
+        if candidate is not None:
+            heard = (candidate, ttl, time.monotonic(), dt.datetime.now(dt.UTC))
+            self._members[election, candidate.node_id, candidate.instance] = heard
+        lease = self._leases.setdefault(election, _free(election, term=0))
+        return replace(lease, members=self._listed(election))
 
     async def acquire_or_renew(
         self,
@@ -73,8 +89,9 @@ class StaticBackend(Backend):
         *,
         takeover: str = "",
         min_term: int = 0,
+        lost_term: int = 0,
     ) -> Lease:
-        lease = await self.observe(election)
+        lease = await self.observe(election, candidate, ttl)
         if lease.holder is None:
             term = max(lease.term + 1, min_term)
             self._save_term(election, term)  # durable before it is granted
@@ -89,14 +106,16 @@ class StaticBackend(Backend):
                 version=str(term),
             )
             self._leases[election] = lease
+            self._began(lease)
             self._wake(election)
-        return lease
+        return replace(lease, members=self._listed(election))
 
     async def release(
         self,
         election: str,
         candidate: Candidate,
         term: int,
+        reason: EndReason = EndReason.RELEASED,
         *,
         reserve_for: str = "",
         ttl: float = 0.0,
@@ -105,7 +124,15 @@ class StaticBackend(Backend):
         if lease.held_by(candidate) and lease.term == term:
             # No reservation: no other node can ever ask (the API refuses resign?to=).
             self._leases[election] = _free(election, term=term)
+            records = self._history.get(election, [])
+            if records and records[0].term == term:
+                now = dt.datetime.now(dt.UTC)
+                records[0] = replace(records[0], ended_at=now, end_reason=reason.value)
+                self._save_history()
             self._wake(election)
+
+    async def history(self, election: str, limit: int) -> list[Tenure]:
+        return self._history.get(election, [])[:limit]
 
     async def wait_for_change(self, election: str, timeout: float) -> None:
         event = self._changed.setdefault(election, asyncio.Event())
@@ -114,6 +141,48 @@ class StaticBackend(Backend):
 
     async def close(self) -> None:
         self._wake_all()
+
+    def _listed(self, election: str) -> tuple[Member, ...]:
+        now = time.monotonic()
+        return tuple(
+            Member(c.node_id, c.instance, c.address, c.leaderd_version, ttl, wall, now - at)
+            for (e, _, _), (c, ttl, at, wall) in sorted(self._members.items())
+            if e == election
+        )
+
+    def _began(self, lease: Lease) -> None:
+        """A term began: record it (a static lease ends by release, or with the process that
+        held it: the next acquisition ends that record as "expired")."""
+        records = self._history.setdefault(lease.election, [])
+        if records and records[0].end_reason is None:
+            records[0] = replace(
+                records[0], ended_at=lease.acquired_at, end_reason=EndReason.EXPIRED.value
+            )
+        assert lease.holder is not None
+        began = Tenure(lease.election, lease.term, lease.holder, lease.instance, lease.address,
+                       lease.acquired_at, None, None)  # fmt: skip
+        records.insert(0, began)
+        del records[HISTORY_RETENTION:]
+        self._save_history()
+
+    def _load_history(self) -> dict[str, list[Tenure]]:
+        if self.term_file is None:
+            return {}
+        try:
+            with open(f"{self.term_file}.history.json", encoding="utf-8") as f:
+                data = json.load(f)
+            return {e: [_tenure(r) for r in records] for e, records in data.items()}
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise BackendFatal(
+                f"cannot read the static history of {self.term_file}: {exc}"
+            ) from exc
+
+    def _save_history(self) -> None:
+        if self.term_file is not None:
+            data = {e: [_record(r) for r in records] for e, records in self._history.items()}
+            self._write(f"{self.term_file}.history.json", data)
 
     def _load_terms(self) -> dict[str, int]:
         if self.term_file is None:
@@ -134,22 +203,25 @@ class StaticBackend(Backend):
             return
         terms = {name: lease.term for name, lease in self._leases.items()}
         terms[election] = term
-        temporary = f"{self.term_file}.tmp"
+        self._write(self.term_file, terms)
+
+    @staticmethod
+    def _write(path: str, data: Any) -> None:
+        """Replace ``path`` with ``data`` as JSON, atomically and durably."""
+        temporary = f"{path}.tmp"
         try:
             with open(temporary, "w", encoding="utf-8") as f:
-                json.dump(terms, f)
+                json.dump(data, f)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(temporary, self.term_file)
-            directory = os.open(os.path.dirname(self.term_file) or ".", os.O_RDONLY)
+            os.replace(temporary, path)
+            directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
             try:
                 os.fsync(directory)
             finally:
                 os.close(directory)
         except OSError as exc:
-            raise BackendUnavailable(
-                f"cannot save the term to {self.term_file}: {exc.strerror}"
-            ) from exc
+            raise BackendUnavailable(f"cannot save {path}: {exc.strerror}") from exc
 
     def _wake(self, election: str) -> None:
         event = self._changed.pop(election, None)
@@ -163,3 +235,16 @@ class StaticBackend(Backend):
 
 def _free(election: str, term: int) -> Lease:
     return Lease(election, holder=None, address="", term=term, acquired_at=None, expires_in=None)
+
+
+def _record(r: Tenure) -> dict[str, Any]:
+    data = asdict(r)
+    for key in ("acquired_at", "ended_at"):
+        data[key] = data[key].isoformat() if data[key] else None
+    return data
+
+
+def _tenure(data: dict[str, Any]) -> Tenure:
+    for key in ("acquired_at", "ended_at"):
+        data[key] = dt.datetime.fromisoformat(data[key]) if data[key] else None
+    return Tenure(**data)

@@ -134,10 +134,10 @@ class FlakyBackend(StaticBackend):
         super().__init__()
         self.failures = list(failures)
 
-    async def observe(self, election: str) -> Any:
+    async def observe(self, election: str, *args: Any) -> Any:
         if self.failures:
             raise self.failures.pop(0)
-        return await super().observe(election)
+        return await super().observe(election, *args)
 
 
 async def test_metered_backend_counts_errors_and_passes_through() -> None:

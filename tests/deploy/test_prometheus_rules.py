@@ -139,7 +139,7 @@ def promtool_test(rules: Path, tmp_path: Path) -> Any:
 
 def test_promtool_checks_the_rules() -> None:
     done = run([require("promtool"), "check", "rules", RULES])
-    assert "SUCCESS: 7 rules found" in done.stdout, done.stdout
+    assert "SUCCESS: 8 rules found" in done.stdout, done.stdout
 
 
 def test_alerts_stay_silent_on_handovers_and_fire_on_real_problems(tmp_path: Path) -> None:
@@ -161,3 +161,45 @@ def test_naive_rules_fail_the_same_scenarios(tmp_path: Path) -> None:
     assert done.returncode != 0, done.stdout
     for title in ORDINARY:  # each ordinary scenario trips a naive rule
         assert f"name: {title}," in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+def standby_series(name: str, offset: int, leads: Callable[[int], bool], standbys: Any) -> Any:
+    """A daemon's leaderd_is_leader and leaderd_members{state="standby"}, scraped every
+    SCRAPE seconds from ``offset``; ``standbys(t)``: the healthy standbys it sees at t."""
+    labels = f'election="default", instance="{name}:4040", job="leaderd"'
+    times = range(0, END + 1, STEP)
+    at = [t % SCRAPE == offset for t in times]
+    leading = [str(int(leads(t))) if s else "_" for t, s in zip(times, at, strict=True)]
+    seen = [str(standbys(t)) if s else "_" for t, s in zip(times, at, strict=True)]
+    return [
+        {"series": f"leaderd_is_leader{{{labels}}}", "values": " ".join(leading)},
+        {"series": f'leaderd_members{{{labels}, state="standby"}}', "values": " ".join(seen)},
+    ]
+
+
+def no_standby_check(at: int, firing: bool) -> dict[str, Any]:
+    labels = {"severity": "warning", "election": "default", "instance": "a:4040",
+              "job": "leaderd", "state": "standby"}  # fmt: skip
+    summary = "a:4040 leads election default with no healthy standby"
+    expected = [{"exp_labels": labels, "exp_annotations": {"summary": summary}}]
+    return {"eval_time": f"{at}s", "alertname": "LeaderdNoHealthyStandby",
+            "exp_alerts": expected if firing else []}  # fmt: skip
+
+
+def test_no_healthy_standby_fires_for_a_lonely_leader_only(tmp_path: Path) -> None:
+    """The leader sees its two standbys go (at 60 s, at 120 s): the alert fires once it has
+    seen none for a minute and 5 more. A follower that sees none, and a new leader whose
+    first scrapes count no standby yet (a handover at 500 s), do not fire it."""
+    lonely = standby_series("a", 0, lambda t: t < 500, lambda t: 2 if t < 60 else int(t < 120))
+    handover = standby_series("b", 10, lambda t: t >= 500, lambda t: int(t >= 520))
+    series = lonely + handover
+    checks = [no_standby_check(t, False) for t in (100, 240, 460)]
+    checks += [no_standby_check(t, True) for t in (490, 500)]
+    quiet_b = {"eval_time": f"{END}s", "alertname": "LeaderdNoHealthyStandby", "exp_alerts": []}
+    test = {"name": "no healthy standby", "interval": f"{STEP}s", "input_series": series,
+            "alert_rule_test": [*checks, quiet_b]}  # fmt: skip
+    path = tmp_path / "standby.test.yml"
+    path.write_text(json.dumps({"rule_files": [str(RULES)], "evaluation_interval": f"{STEP}s",
+                                "tests": [test]}))  # fmt: skip
+    done = run([require("promtool"), "test", "rules", path], check=False)
+    assert done.returncode == 0, done.stdout + done.stderr

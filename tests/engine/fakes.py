@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from leaderd.backends.base import Backend, BackendUnavailable, Candidate, Lease
+from leaderd.backends.records import EndReason, Tenure
 from leaderd.clock import boottime
 
 EPOCH = dt.datetime(2026, 11, 21, 10, 0, tzinfo=dt.UTC)
@@ -193,6 +194,9 @@ class RecordingBackend(Backend):
     script: Script = field(default_factory=Script)
     # The takeover argument of every acquire_or_renew, in order.
     takeovers: list[str] = field(default_factory=list)
+    # The lost_term of every acquire_or_renew, and the reason of every release, in order.
+    lost_terms: list[int] = field(default_factory=list)
+    reasons: list[EndReason] = field(default_factory=list)
     kind = "fake"
 
     @classmethod
@@ -206,7 +210,9 @@ class RecordingBackend(Backend):
     async def open(self, elections: Sequence[str]) -> None:
         self._record("open", tuple(elections))
 
-    async def observe(self, election: str) -> Lease:
+    async def observe(
+        self, election: str, candidate: Candidate | None = None, ttl: float = 0.0
+    ) -> Lease:
         self._enter("observe", election)
         await self._hang(None)
         return self.store.lease(election)
@@ -221,7 +227,9 @@ class RecordingBackend(Backend):
         *,
         takeover: str = "",
         min_term: int = 0,
+        lost_term: int = 0,
     ) -> Lease:
+        self.lost_terms.append(lost_term)
         self._enter("acquire_or_renew", election, candidate.node_id, ttl, timeout)
         self.takeovers.append(takeover)
         await self._hang(timeout)
@@ -245,15 +253,21 @@ class RecordingBackend(Backend):
         election: str,
         candidate: Candidate,
         term: int,
+        reason: EndReason = EndReason.RELEASED,
         *,
         reserve_for: str = "",
         ttl: float = 0.0,
     ) -> None:
+        self.reasons.append(reason)
         self._enter(
             "release", election, candidate.node_id, term, *[reserve_for][: bool(reserve_for)]
         )
         await self._hang(None)
         self.store.release(election, candidate, term, reserve_for, ttl)
+
+    async def history(self, election: str, limit: int) -> list[Tenure]:
+        self._record("history", (election, limit))
+        return []
 
     async def wait_for_change(self, election: str, timeout: float) -> None:
         self._record("wait_for_change", (election, timeout))

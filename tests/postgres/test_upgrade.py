@@ -90,3 +90,30 @@ async def test_an_upgrade_the_role_may_not_make_is_fatal_and_says_what_to_run(
             await backend.close()
         finally:
             await other.execute(f"DROP TABLE {t}; DROP ROLE {role}")
+
+
+async def test_records_tables_the_role_may_not_create_are_fatal_and_say_what_to_run(
+    pg_server: PgServer,
+) -> None:
+    """An older leaderd's up-to-date lease table, in a schema where this role may not create
+    the members and history tables: one line that says what to run."""
+    schema, t, e, role = unique("s"), unique("old"), unique(), unique("limited")
+    async with admin(pg_server) as other:
+        await other.execute(f"CREATE SCHEMA {schema}")
+        async with opened(pg_server.dsn(table=t, schema=schema), e):
+            pass  # the tables, as this leaderd makes them
+        await other.execute(
+            f"DROP TABLE {schema}.{t}_members, {schema}.{t}_history; CREATE ROLE {role} LOGIN; "
+            f"GRANT USAGE ON SCHEMA {schema} TO {role}; "
+            f"GRANT SELECT, INSERT, UPDATE ON {schema}.{t} TO {role}"
+        )
+        try:
+            backend = backend_from_url(pg_server.dsn(user=role, table=t, schema=schema))
+            with pytest.raises(
+                BackendFatal, match=r"as the schema's owner run: CREATE TABLE"
+            ) as info:
+                await backend.open([e])
+            assert f"{t}_history" in str(info.value) and "\n" not in str(info.value)
+            await backend.close()
+        finally:
+            await other.execute(f"DROP SCHEMA {schema} CASCADE; DROP ROLE {role}")

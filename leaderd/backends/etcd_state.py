@@ -1,15 +1,17 @@
-"""What leaderd keeps in etcd for one election, as etcd's JSON gateway shows it (docs/etcd.md).
+"""What the etcd backend knows of an election, and the helpers that read etcd's answers.
 
 ``<prefix><election>/leader``: the holder, as JSON, under the holder's lease.
 ``<prefix><election>/term``: the last term granted; no lease, never deleted.
 ``<prefix><election>/reserved``: a hand-over's reservation, the node id that alone may
 acquire the free lease, under a lease of one ttl (its end is etcd's lessor's).
+The spare lease (a granted lease with no key yet) is etcd.py's (docs/etcd.md).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +19,11 @@ import orjson
 
 from .etcd_gateway import unb64
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("leaderd.backends.etcd")
+
+SLOW = 0.9  # the slowest rate a clock may run at against another's (clock_drift < 0.1)
+# A spare with < FRESH ttl left is kept alive with the transaction; < TEND, by a round.
+FRESH, TEND = 0.75, 0.8
 
 
 @dataclass(frozen=True)
@@ -45,7 +51,44 @@ class Reservation:
 NO_RESERVATION = Reservation()
 
 
-def holder(kv: dict[str, Any]) -> Holder:
+@dataclass(frozen=True)
+class State:
+    """One election as etcd showed it at ``revision``."""
+
+    revision: int
+    holder: Holder | None
+    term: int
+    term_modified: int  # the term key's mod revision, 0 while it does not exist
+    reserved: Reservation = NO_RESERVATION  # a hand-over's, while its lease lasts
+
+    def reserved_against(self, node_id: str) -> bool:
+        return self.holder is None and self.reserved.node_id not in ("", node_id)
+
+
+@dataclass(frozen=True)
+class Spare:
+    """A granted lease with no key, for the next acquisition."""
+
+    id: int
+    ttl: int  # its ttl in etcd: whole seconds, at least etcd's minimum
+    kept_at: float  # time.monotonic() when its grant or last keepalive was SENT
+
+    def left(self) -> float:
+        """Seconds it surely has left: its age counts as age / 0.9, so that whatever the
+        clocks' rates (drift < 10%), it never outlasts what etcd's lessor gives it."""
+        return self.ttl - (time.monotonic() - self.kept_at) / SLOW
+
+    def fresh(self, ttl: float) -> bool:
+        """3/4 of a ttl left: the new leader's first deadline comes well after its first renewal."""
+        return self.left() >= FRESH * ttl
+
+
+def compare(key: str, target: str, revision: int) -> dict[str, Any]:
+    field = "create_revision" if target == "CREATE" else "mod_revision"
+    return {"key": key, "target": target, "result": "EQUAL", field: revision}
+
+
+def holder_of(kv: dict[str, Any]) -> Holder:
     try:
         value = orjson.loads(unb64(kv.get("value", "")))
         node_id, term = str(value["node_id"]), int(value["term"])
@@ -55,8 +98,8 @@ def holder(kv: dict[str, Any]) -> Holder:
         key = unb64(kv.get("key", "")).decode(errors="replace")
         log.warning("etcd key %s does not hold a leaderd lease", key)
         node_id, term, address, instance, acquired_at = "<not leaderd>", 0, "", "", ""
-    return Holder(node_id, address, instance, term, acquired_at, to_int(kv.get("lease")),
-                  to_int(kv.get("create_revision")))  # fmt: skip
+    return Holder(node_id, address, instance, term, acquired_at, int_of(kv.get("lease")),
+                   int_of(kv.get("create_revision")))  # fmt: skip
 
 
 def reservation(kv: dict[str, Any] | None) -> Reservation:
@@ -64,12 +107,7 @@ def reservation(kv: dict[str, Any] | None) -> Reservation:
     if not kv:
         return Reservation()
     node_id = unb64(kv.get("value", "")).decode(errors="replace")
-    return Reservation(node_id, to_int(kv.get("create_revision")), to_int(kv.get("lease")))
-
-
-def compare(key: str, target: str, revision: int) -> dict[str, Any]:
-    field = "create_revision" if target == "CREATE" else "mod_revision"
-    return {"key": key, "target": target, "result": "EQUAL", field: revision}
+    return Reservation(node_id, int_of(kv.get("create_revision")), int_of(kv.get("lease")))
 
 
 def when(text: str) -> dt.datetime | None:
@@ -80,10 +118,10 @@ def when(text: str) -> dt.datetime | None:
 
 
 def revision_of(answer: Any) -> int:
-    return to_int(answer.get("header", {}).get("revision"))
+    return int_of(answer.get("header", {}).get("revision"))
 
 
-def to_int(value: Any) -> int:
+def int_of(value: Any) -> int:
     """etcd's 64-bit integers come as strings; absent (a default) or unreadable is 0."""
     try:
         return int(value or 0)

@@ -1,0 +1,172 @@
+"""The etcd members and history keys (docs/etcd.md): operations that join the transactions
+the etcd backend already sends, so they add no request.
+
+* ``<prefix><election>/members/<node id>/<instance>``: a member's JSON, put by each of its
+  rounds. etcd keeps no time for a key, so its age is judged as the takeover rule judges a
+  lease (DESIGN §1.3): on this daemon's own clock, since it saw the key's mod revision
+  change. A key unchanged for PRUNE_AFTER_TTLS of its ttl is deleted if still unchanged.
+* ``<prefix><election>/history/<term>``: a holder's record, put by the acquiring
+  transaction, which also deletes the records HISTORY_RETENTION terms older.
+* ``<prefix><election>/ended/<term>``: how it ended, put by the releasing transaction (or
+  by the holder that lost etcd, at its next round). A term with no such key whose key
+  etcd's lessor deleted ended "expired" when the next term began.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .base import Candidate
+from .etcd_gateway import b64, prefix_end, unb64
+from .records import HISTORY_RETENTION, PRUNE_AFTER_TTLS, EndReason, Member, Tenure
+
+_DIGITS = 20  # terms are zero-padded, so keys sort as terms do
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+def _put(key: str, value: Any) -> dict[str, Any]:
+    return {"request_put": {"key": b64(key), "value": b64(orjson.dumps(value))}}
+
+
+def _range(prefix: str, **options: Any) -> dict[str, Any]:
+    return {"request_range": {"key": b64(prefix), "range_end": prefix_end(prefix), **options}}
+
+
+@dataclass(frozen=True)
+class Keys:
+    """The records' keys of one election."""
+
+    base: str  # <prefix><election>/
+
+    @property
+    def members(self) -> str:
+        return f"{self.base}members/"
+
+    def member(self, me: Candidate) -> str:
+        return f"{self.members}{me.node_id}/{me.instance}"
+
+    def history(self, term: int) -> str:
+        return f"{self.base}history/{term:0{_DIGITS}d}"
+
+    def ended(self, term: int) -> str:
+        return f"{self.base}ended/{term:0{_DIGITS}d}"
+
+    # ---- operations for the backend's transactions ----
+
+    def heard(self, me: Candidate, ttl: float) -> dict[str, Any]:
+        value = {"node_id": me.node_id, "instance": me.instance, "address": me.address,
+                 "version": me.leaderd_version, "ttl": ttl, "heard_at": _now()}  # fmt: skip
+        return _put(self.member(me), value)
+
+    def list_members(self) -> dict[str, Any]:
+        return _range(self.members)
+
+    def lost(self, term: int) -> dict[str, Any]:
+        return _put(self.ended(term), {"end_reason": EndReason.LOST_BACKEND, "ended_at": None})
+
+    def released(self, term: int, reason: EndReason) -> dict[str, Any]:
+        return _put(self.ended(term), {"end_reason": reason, "ended_at": _now()})
+
+    def began(self, me: Candidate, term: int, acquired_at: str) -> list[dict[str, Any]]:
+        """Record the new term; delete the records HISTORY_RETENTION terms older."""
+        value = {"holder": me.node_id, "instance": me.instance, "address": me.address,
+                 "acquired_at": acquired_at}  # fmt: skip
+        oldest = max(0, term - HISTORY_RETENTION + 1)
+        return [_put(self.history(term), value)] + [
+            {"request_delete_range": {"key": b64(start(0)), "range_end": b64(start(oldest))}}
+            for start in (self.history, self.ended)
+        ]
+
+    def listed(self, answer: Any) -> list[dict[str, Any]]:
+        """The member keys a transaction's ranges returned."""
+        return [
+            kv
+            for r in answer.get("responses", [])
+            for kv in r.get("response_range", {}).get("kvs") or []
+            if unb64(kv.get("key", "")).decode(errors="replace").startswith(self.members)
+        ]
+
+    def read_history(self, limit: int) -> list[dict[str, Any]]:
+        newest = {"sort_order": "DESCEND", "sort_target": "KEY", "limit": limit}
+        return [_range(f"{self.base}history/", **newest), _range(f"{self.base}ended/", **newest)]
+
+
+def tenures(election: str, answer: Any) -> list[Tenure]:
+    """The records of a read_history transaction, newest first, their ends inferred."""
+    responses = answer.get("responses", [])
+    kvs = [r.get("response_range", {}).get("kvs") or [] for r in responses]
+    ended = {_term(kv): orjson.loads(unb64(kv["value"])) for kv in kvs[1]}
+    records, newer = [], None
+    for kv in kvs[0]:
+        term, value = _term(kv), orjson.loads(unb64(kv["value"]))
+        acquired = _when(value.get("acquired_at"))
+        end = ended.get(term, {})
+        reason = end.get("end_reason") or (EndReason.EXPIRED.value if newer else None)
+        ended_at = _when(end.get("ended_at")) or (newer if reason else None)
+        records.append(Tenure(election, term, value["holder"], value.get("instance", ""),
+                              value.get("address", ""), acquired, ended_at, reason))  # fmt: skip
+        newer = acquired
+    return records
+
+
+class MemberClock:
+    """The members of every election, aged on this daemon's own clock (time.monotonic())."""
+
+    def __init__(self) -> None:
+        # member key -> (its mod revision, when this daemon first saw that revision)
+        self._seen: dict[str, tuple[int, float]] = {}
+
+    def members(
+        self, kvs: list[dict[str, Any]], me: Candidate | None, keys: Keys
+    ) -> tuple[Member, ...]:
+        """The members listed by ``kvs``, all of the election ``keys`` names."""
+        now, found = time.monotonic(), []
+        listed = {unb64(kv["key"]).decode(errors="replace") for kv in kvs}
+        for gone in [k for k in self._seen if k.startswith(keys.members) and k not in listed]:
+            del self._seen[gone]  # pruned, or deleted by hand: forget it
+        for kv in kvs:
+            key, revision = unb64(kv["key"]).decode(errors="replace"), int(kv["mod_revision"])
+            seen = self._seen.get(key)
+            if seen is None or seen[0] != revision:
+                seen = self._seen[key] = (revision, now)
+            try:
+                v = orjson.loads(unb64(kv["value"]))
+                member = Member(v["node_id"], v["instance"], v.get("address", ""),
+                                v.get("version", ""), float(v["ttl"]), _when(v.get("heard_at")),
+                                0.0 if _is(v, me) else now - seen[1])  # fmt: skip
+            except (ValueError, KeyError, TypeError):
+                continue  # not a leaderd member: ignore it
+            found.append(member)
+        return tuple(found)
+
+    def silent(self, members: tuple[Member, ...], keys: Keys) -> list[tuple[str, int]]:
+        """(key, mod revision) of the members to prune: silent for PRUNE_AFTER_TTLS ttls."""
+        return [
+            (key, self._seen[key][0])
+            for m in members
+            if m.heard_ago >= PRUNE_AFTER_TTLS * m.ttl
+            and (key := f"{keys.members}{m.node_id}/{m.instance}") in self._seen
+        ]
+
+
+def _is(value: dict[str, Any], me: Candidate | None) -> bool:
+    return me is not None and (value["node_id"], value["instance"]) == (me.node_id, me.instance)
+
+
+def _term(kv: dict[str, Any]) -> int:
+    return int(unb64(kv["key"]).decode().rsplit("/", 1)[1])
+
+
+def _when(text: str | None) -> dt.datetime | None:
+    try:
+        return dt.datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None

@@ -1,0 +1,71 @@
+"""What a backend keeps besides the lease: the members it has heard from, and the history of
+holders (docs/api.md, "Members" and "History"; docs/operations.md, "Who led at 03:12").
+
+Both ride on requests the engine already sends: a member is registered by each
+acquire-or-renew (and by an observe that names its candidate), and a history record is
+written in the transaction that changes the holder, where the backend allows it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from enum import StrEnum
+
+# A member not heard from for this many of its own ttls is deleted by the next request.
+PRUNE_AFTER_TTLS = 10
+# History records kept per election: the newest ones (a bounded table or key range).
+HISTORY_RETENTION = 100
+
+
+class EndReason(StrEnum):
+    """How a holder's term ended (a history record's ``end_reason``)."""
+
+    RELEASED = "released"  # the holder released it (stop, or a command that exited)
+    RESIGNED = "resigned"  # the holder released it on POST /resign
+    EXPIRED = "expired"  # it lapsed; its holder (or etcd's lessor) let it go by itself
+    TAKEN_OVER = "taken over after expiry"  # another holder took the lapsed lease
+    LOST_BACKEND = "lost the backend"  # the holder stepped down unable to reach the backend
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One daemon process (node id and instance) that takes part in an election."""
+
+    node_id: str
+    instance: str
+    address: str
+    # The daemon's leaderd version, "" when unknown.
+    version: str
+    # The member's own ttl: it is stale once not heard from for that long.
+    ttl: float
+    # When the backend last heard from it, on the backend's clock (display only).
+    heard_at: dt.datetime | None
+    # Seconds between that and the answer that listed it, judged by the backend's clock
+    # (or, etcd, by this daemon's own clock since it saw the member's key change).
+    heard_ago: float
+
+
+@dataclass(frozen=True, slots=True)
+class Tenure:
+    """One history record: one holder's term, from acquisition to its end."""
+
+    election: str
+    term: int
+    holder: str
+    instance: str
+    address: str
+    acquired_at: dt.datetime | None
+    ended_at: dt.datetime | None  # None while it lasts
+    end_reason: str | None  # an EndReason value; None while it lasts
+
+
+def end_of_acquisition(mine: bool, free: bool, lost: bool) -> EndReason:
+    """How the previous term ended when a new acquisition replaces it: ``mine`` (this very
+    process held it), ``free`` (it was released), ``lost`` (this process stepped down from
+    it unable to reach the backend)."""
+    if free:
+        return EndReason.RELEASED
+    if mine:
+        return EndReason.LOST_BACKEND if lost else EndReason.EXPIRED
+    return EndReason.TAKEN_OVER
