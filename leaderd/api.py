@@ -415,6 +415,12 @@ def _hand_over_refused(election: Election, me: str, to: str) -> web.Response | N
         leader = status.leader.node_id if status.leader else "unknown"
         message = f"this node does not lead election {election.name} (leader: {leader})"
         return error(409, "not_leader", message + ": ask the leader to hand over")
+    # A typo must not leave the election leaderless for a ttl: only a live standby qualifies.
+    standbys = election.members().standby_ids()
+    if to not in standbys:
+        listed = ", ".join(standbys) or "none"
+        message = f"{to} is not a live standby of election {election.name} (live: {listed})"
+        return error(409, "not_a_standby", message + "; see GET /members")
     return None
 
 

@@ -57,6 +57,11 @@ class Roster:
     def leader(self) -> MemberView | None:
         return next((v for v in self.members if v.role is MemberRole.LEADER), None)
 
+    def standby_ids(self) -> list[str]:
+        """The node ids of the healthy standbys (heard within their ttl, no twin), sorted."""
+        ids = {v.member.node_id for v in self.members if v.role is MemberRole.STANDBY}
+        return sorted(ids - {v.member.node_id for v in self.members if v.conflict})
+
     @property
     def healthy_standbys(self) -> int:
         return sum(v.role is MemberRole.STANDBY and not v.conflict for v in self.members)

@@ -27,6 +27,17 @@ def term_of(d: Daemon) -> int:
     return int(d.get("/leader")[1]["term"])
 
 
+def listed_as_standby(leader: Daemon, node_id: str, ttl: float) -> None:
+    """Wait until the leader's GET /members shows ``node_id`` as a live standby: only then
+    does it accept resign?to= that node."""
+
+    def listed() -> bool:
+        members = leader.get("/members")[1].get("members", [])
+        return any(m["node_id"] == node_id and m["role"] == "standby" for m in members)
+
+    wait_for(listed, timeout=ttl * 3, what=f"{node_id} listed as a standby")
+
+
 def resign_to(leader: Daemon, to: str) -> subprocess.CompletedProcess[str]:
     """`leaderd resign --to NODE`, as an operator types it."""
     command = [sys.executable, "-m", "leaderd", "resign", "--socket", leader.socket, "--to", to]
@@ -40,6 +51,7 @@ def hands_over_to_the_chosen_standby(daemons: Sequence[Daemon], ttl: float) -> N
     leader = the_leader(daemons, timeout=ttl * 3)
     before = term_of(leader)
     third, chosen = [d for d in daemons if d is not leader]
+    listed_as_standby(leader, chosen.node_id, ttl)
     with Referee(daemons) as referee:
         done = resign_to(leader, chosen.node_id)
         assert done.returncode == 0, done.stderr
@@ -59,6 +71,7 @@ def fails_over_after_one_ttl_when_the_chosen_standby_is_stopped(
     leader = the_leader(daemons, timeout=ttl * 3)
     before = term_of(leader)
     third, chosen = [d for d in daemons if d is not leader]
+    listed_as_standby(leader, chosen.node_id, ttl)
     chosen.signal(signal.SIGSTOP)
     try:
         with Referee([leader, third]) as referee:

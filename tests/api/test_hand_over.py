@@ -27,6 +27,9 @@ async def three(api: Any, make_node: Any, tmp_path: Path) -> tuple[Node, Any, No
     c = await make_node(backend=SQLiteBackend.from_url(url), node_id="node-c")
     for n in (b, c):
         await eventually(lambda n=n: n.elections["default"].status().leader is not None)
+    # resign?to= names live standbys only: wait until node-a's renewals list both.
+    roster = a.elections["default"].members
+    await eventually(lambda: roster().standby_ids() == ["node-b", "node-c"])
     return a, client, b, c
 
 
@@ -58,6 +61,19 @@ async def test_a_bad_to_is_400_and_changes_nothing(
     error = (await resp.json())["error"]
     assert error["code"] == "bad_parameter" and "to " in error["message"]
     assert a.elections["default"].status().is_leader
+
+
+async def test_resign_to_a_node_that_is_no_live_standby_is_409_and_changes_nothing(
+    api: Any, make_node: Any, tmp_path: Path
+) -> None:
+    a, client, _, _ = await three(api, make_node, tmp_path)
+    resp = await client.post("/resign?to=node-cc")  # a typo: nobody would take the lease
+    assert resp.status == 409
+    error = (await resp.json())["error"]
+    assert error["code"] == "not_a_standby"
+    assert "(live: node-b, node-c)" in error["message"]
+    assert a.elections["default"].status().is_leader
+    assert a.elections["default"].state.epoch == 0  # a refused request does not resign
 
 
 async def test_resign_to_on_a_follower_is_409_not_leader(
