@@ -249,10 +249,10 @@ class Daemon:
         self._signals += 1
         name = signal.Signals(signum).name
         if self._signals == 1:
-            # The hand-over starts in this callback; the log line waits until it is under way.
+            log.info("received %s: handing over", name, extra=extra(Event.STOPPING, signal=name))
+            # The hand-over starts in this very callback, not a loop turn or two later.
             self._stop_elections()
             self.request_stop(EXIT_OK)
-            log.info("received %s: handing over", name, extra=extra(Event.STOPPING, signal=name))
         else:
             # A second signal must not skip the release: the hand-over is bounded anyway.
             log.info(

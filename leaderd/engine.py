@@ -220,9 +220,8 @@ class Election:
         now = self._clock.now()
         self.last_contact = self._clock.wall()
         self._heard, self._heard_at = lease.members, t_send
-        notes = self.state.on_lease(lease, request, t_send, now)
+        self._log_notes(self.state.on_lease(lease, request, t_send, now))
         self._refresh(now)
-        self._log_notes(notes)
         await self._read_history(lease, bool(request.lost_term))
         return self.state.next_round(request, t_send, self._clock.now())
 
@@ -406,13 +405,12 @@ class Election:
             return view
         self._published = view
         self._watchers.next_revision(self._clock.wall())
-        # Watchers first: the log line is for people, the answer is what a standby waits on.
-        self._watchers.publish(self._snapshot(view, now))
         sentence = self.state.sentence(previous, view, now)
         level = logging.DEBUG if previous is None else logging.INFO
         holder = view.leader.node_id if view.leader else None
         fields = extra(Event(view.role.value), election=self.name, term=view.term, holder=holder)
         log.log(level, sentence, extra=fields)
+        self._watchers.publish(self._snapshot(view, now))
         return view
 
     def _log_notes(self, notes: list[Note]) -> None:
