@@ -34,6 +34,7 @@ log = logging.getLogger("leaderd.supervisor")
 
 KEEPER_DIED = "keeper died"  # the keeper ended without reporting: an internal failure
 _ANSWER = 0.5  # how long a live keeper may take to report a tree leaderd has killed
+_REKILL = 0.01  # how often leaderd kills the tree again until the keeper reports it gone
 
 
 class Grip:
@@ -219,7 +220,7 @@ class Child:
             return
         self.grip.kill()
         self.killed_tree = True
-        if await self.gone(_ANSWER):
+        if await self._killed_until_gone(_ANSWER):
             return
         log.warning(
             "the keeper of child %s did not answer; leaderd ended the child's tree itself",
@@ -227,6 +228,18 @@ class Child:
             extra=extra(Event.KEEPER_UNRESPONSIVE, pid=self.pid),
         )
         self.kill_keeper()
+
+    async def _killed_until_gone(self, timeout: float) -> bool:
+        """Kill the tree again every _REKILL until the keeper reports it gone, or ``timeout``
+        passes. A process whose parent died under one pass was adopted by the keeper (a
+        subreaper) after that pass had read the keeper's children: the next pass finds it,
+        even when the keeper is frozen."""
+        give_up = time.monotonic() + timeout
+        while not await self.gone(min(_REKILL, max(0.0, give_up - time.monotonic()))):
+            if time.monotonic() >= give_up:
+                return False
+            self.grip.kill()
+        return True
 
     def kill_keeper(self) -> None:
         self.killed_keeper = True
