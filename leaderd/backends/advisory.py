@@ -423,5 +423,4 @@ class PostgresAdvisoryBackend(Backend):
 def _free(election: str, row: Any, me: Candidate | None, ttl: float) -> Lease:
     """The lock is free (or about to be): the row's term, its reservation while it lasts,
     and the members it lists."""
-    members = records.members(row["members"], me, ttl)
-    return dataclasses.replace(released_lease(election, row), members=members)
+    return released_lease(election, row, records.members(row["members"], me, ttl))

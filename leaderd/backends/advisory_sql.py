@@ -5,7 +5,6 @@ docs/postgresql.md shows each statement with the reasoning behind it.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import math
 from typing import Any
@@ -17,7 +16,7 @@ from .pgreservation import (
     CLEAR,
     COLUMNS,
     RESERVE,
-    released_lease,
+    lease_from_row,
     reservation_sql,
     reserved_sql,
 )
@@ -174,20 +173,8 @@ def row_lease(
     """A row that names a holder; ``live``: its session holds the lock (no expiry).
     ``me``: the candidate whose heartbeat this statement was, listed as heard now."""
     members = records.members(row["members"], me, ttl)
-    if row["holder"] is None:
-        return dataclasses.replace(released_lease(election, row), members=members)
     expires_in = None if live else max(0.0, float(row["expires_in"] or 0.0))
-    return Lease(
-        election,
-        row["holder"],
-        row["address"],
-        int(row["term"]),
-        row["acquired_at"],
-        expires_in,
-        instance=row["instance"],
-        version=row["version"] or "",
-        members=members,
-    )
+    return lease_from_row(election, row, expires_in, members)
 
 
 def advisory_key(election: str) -> int:

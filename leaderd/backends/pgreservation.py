@@ -2,7 +2,8 @@
 
 A release may name the node id that alone may acquire the lease for one ttl on the server's
 clock (docs/algorithm.md, "Hand-over to a chosen standby"). Both tables keep it in the same
-two columns, ``reserved_for`` and ``reserved_until``; every acquisition clears them.
+two columns, ``reserved_for`` and ``reserved_until``; every acquisition clears them. Also
+the lease a row of either table shows, reservation included.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .base import Lease
+from .records import Member
 
 # The reservation's columns, added to an older leaderd's table on open.
 COLUMNS = {"reserved_for": "text", "reserved_until": "timestamptz"}
@@ -37,10 +39,21 @@ def reservation_sql(alias: str) -> str:
     )
 
 
-def released_lease(election: str, row: Any) -> Lease:
+def released_lease(election: str, row: Any, members: tuple[Member, ...] = ()) -> Lease:
     """A released row (no holder): its term, and the reservation while it lasts."""
     term = int(row["term"] or 0)
     reserved_for = row["reserved_for"] or ""
     reserved_in = float(row["reserved_in"] or 0.0) if reserved_for else 0.0
     return Lease(election, None, "", term, None, None, reserved_for=reserved_for,
-                 reserved_in=reserved_in)  # fmt: skip
+                 reserved_in=reserved_in, members=members)  # fmt: skip
+
+
+def lease_from_row(
+    election: str, row: Any, expires_in: float | None, members: tuple[Member, ...]
+) -> Lease:
+    """The lease a row of either table shows; ``expires_in`` as the backend judges it."""
+    if row["holder"] is None:
+        return released_lease(election, row, members)
+    return Lease(election, row["holder"], row["address"], int(row["term"]),
+                 row["acquired_at"], expires_in, instance=row["instance"],
+                 version=row["version"] or "", members=members)  # fmt: skip

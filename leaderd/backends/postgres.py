@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -32,7 +31,7 @@ from . import pg_records as records
 from .base import Backend, BackendUnavailable, Candidate, Lease
 from .pgconn import Closer, Deadline, close_quietly, connect, ensure_table, request, version_sql
 from .pglisten import Listener, notify_channel
-from .pgreservation import CLEAR, COLUMNS, RESERVE, released_lease, reservation_sql, reserved_sql
+from .pgreservation import CLEAR, COLUMNS, RESERVE, lease_from_row, reservation_sql, reserved_sql
 from .pgsettings import PgSettings
 from .records import EndReason, Tenure
 
@@ -288,16 +287,5 @@ def _lease(election: str, row: Any, me: Candidate | None = None, ttl: float = 0.
     if row is None:  # never held
         return Lease(election, None, "", 0, None, None)
     members = records.members(row["members"], me, ttl)
-    if row["holder"] is None:  # released: the term is kept
-        return dataclasses.replace(released_lease(election, row), members=members)
-    return Lease(
-        election,
-        row["holder"],
-        row["address"],
-        int(row["term"]),
-        row["acquired_at"],
-        max(0.0, float(row["expires_in"])),
-        instance=row["instance"],
-        version=row["version"],
-        members=members,
-    )
+    expires_in = None if row["holder"] is None else max(0.0, float(row["expires_in"]))
+    return lease_from_row(election, row, expires_in, members)  # released: the term is kept
