@@ -290,6 +290,26 @@ class ElectionState:
             self.held_term = None
         return notes
 
+    def on_grant(self, lease: Lease, t_send: float, now: float) -> bool | None:
+        """A release handed this process ``lease``, whose expiry counts from a heartbeat of
+        this process sent at ``t_send`` (docs/algorithm.md, "One-write hand-over"). True: it
+        leads; False: it may not lead now and gives the lease back; None: only a round can
+        tell (old news, a term already seen, an answer lost in flight, a heartbeat too old)."""
+        fresh = lease.held_by(self.candidate) and lease.term > self.high_water
+        if not fresh or self.held_term is not None or self.maybe_held:
+            return None
+        if not self.campaigning(now):
+            self.release_due = lease.term  # cooling down or stopping: pass it on at once
+            return False
+        deadline = self._deadline_after(t_send, lease)
+        if deadline <= now:
+            return None
+        self.high_water, self.lease = lease.term, lease
+        self.watched, self.watched_since = None, math.inf
+        self.held_term, self.last_held_term = lease.term, lease.term
+        self.deadline, self.renewed_at = deadline, t_send
+        return True
+
     def on_abandoned(self, request: Request) -> None:
         """A request got no answer: it may have taken the lease, or a new term."""
         self.maybe_held = self.maybe_held or request.campaigning

@@ -20,7 +20,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar
 
-from .backends.base import Backend, BackendError, Candidate, Lease
+from .backends.base import Backend, BackendError, Candidate, Grant, Lease
 from .backends.records import HISTORY_RETENTION, EndReason, Member
 from .clock import Clock, SystemClock
 from .election_state import MIN_DELAY, ElectionState, Note, Request, View
@@ -36,9 +36,10 @@ log = logging.getLogger("leaderd.engine")
 # Awaited after this node stopped leading and before the lease is released.
 StepDownHook = Callable[[str], Awaitable[None]]
 
-_Wake = Literal["poke", "change"] | None
+_Wake = Literal["poke", "change"] | Grant | None
 _WAKE_SPACING = 0.02  # a backend that reports changes nonstop gets at most one round per this
 _STALL_SLACK = 2.0  # how late a loop turn may be before /health reports a stall
+_HEARTBEATS_KEPT = 8  # own answered heartbeats a grant may count from (newest kept)
 T = TypeVar("T")
 
 
@@ -71,6 +72,8 @@ class Election:
         # The members the last answer listed, and when its request was sent.
         self._heard: tuple[Member, ...] = ()
         self._heard_at = -math.inf
+        # When the backend heard this process (its clock) -> when that request was sent.
+        self._heartbeats: dict[dt.datetime, float] = {}
         self._history = History(name, (), None)
         self._history_of: tuple[str | None, str, int] | None = None  # the lease it was read at
         self._refresh(self._clock.now())
@@ -190,9 +193,12 @@ class Election:
             follow = next_round - now > _WAKE_SPACING
             self._turn_due = wake_at + self.state.request_timeout(wake_at) + _STALL_SLACK
             woke = await self._wait(wake_at - now, follow)
-            if woke == "poke":
+            granted = self._take_grant(woke) if isinstance(woke, Grant) else None
+            if granted is not None:
+                next_round = self._clock.now() + granted
+            elif woke == "poke":
                 next_round = self._clock.now()
-            elif woke == "change":
+            elif woke is not None:  # a change, or a grant only a round can tell about
                 next_round = max(self._clock.now(), round_at + _WAKE_SPACING)
         self._turn_due = math.inf
         await self._hand_over()
@@ -220,12 +226,39 @@ class Election:
         now = self._clock.now()
         self.last_contact = self._clock.wall()
         self._heard, self._heard_at = lease.members, t_send
+        self._note_heartbeat(lease.members, t_send)
         self._log_notes(self.state.on_lease(lease, request, t_send, now))
         self._refresh(now)
         await self._read_history(lease, bool(request.lost_term))
         return self.state.next_round(request, t_send, self._clock.now())
 
     # ---- the round's parts ----
+
+    def _note_heartbeat(self, members: tuple[Member, ...], t_send: float) -> None:
+        """Remember when the backend heard this process, for a grant that counts from it."""
+        me = self.candidate
+        for member in members:
+            if (member.node_id, member.instance) == (me.node_id, me.instance) and member.heard_at:
+                self._heartbeats[member.heard_at] = t_send
+        while len(self._heartbeats) > _HEARTBEATS_KEPT:
+            del self._heartbeats[next(iter(self._heartbeats))]
+
+    def _take_grant(self, grant: Grant) -> float | None:
+        """Lead on a release's grant, self-fencing from the request whose heartbeat its
+        expiry counts from (docs/algorithm.md, "One-write hand-over"): no write of our own.
+        Seconds to the next round; None when only a round can tell."""
+        t_send = self._heartbeats.get(grant.heard_at)
+        if t_send is None:  # not a heartbeat this process saw answered: ask the backend
+            return None
+        now = self._clock.now()
+        outcome = self.state.on_grant(grant.lease, t_send, now)
+        if outcome is None:
+            return None
+        self._refresh(now)
+        if not outcome:
+            return 0.0  # the next round releases it
+        log.debug("election %s: granted term %d by the release", self.name, grant.lease.term)
+        return max(MIN_DELAY, t_send + self.timing.renew_interval - now)
 
     async def _read_history(self, lease: Lease, relabeled: bool) -> None:
         """Read the history again when the holder changed since the last read (or a record
@@ -315,11 +348,15 @@ class Election:
             await self.step_down_hook(self.name)
         if self.state.maybe_held:  # a request whose answer never came may have changed it
             term = await self._own_term(default=term)
+        elif term is None and self.state.stopping and self._backend.grants:
+            # A release may grant us the lease as we stop: say we stand down, give back any.
+            term = await self._own_term(default=None, withdraw=True)
         if term is None:
             return
         release = self._backend.release(
-            self.name, self.candidate, term, reason, reserve_for=to, ttl=self.timing.ttl
-        )
+            self.name, self.candidate, term, reason, reserve_for=to, ttl=self.timing.ttl,
+            grant=not to and self._backend.grants,
+        )  # fmt: skip
         try:
             # A timeout block, not wait_for: the release starts now, not a loop turn later.
             async with asyncio.timeout(self.timing.renew_interval):
@@ -344,12 +381,16 @@ class Election:
         if to:
             self.state.on_reserved(to, term)
 
-    async def _own_term(self, default: int | None) -> int | None:
+    async def _own_term(self, default: int | None, withdraw: bool = False) -> int | None:
         """The term of the lease if the backend says this node holds it, None if it does
-        not; ``default`` if the backend cannot say."""
+        not; ``default`` if the backend cannot say. ``withdraw``: a stopping standby's last
+        heartbeat, which no longer campaigns, so no release grants it the lease; brief, for
+        a stop must not wait on a backend that is down."""
+        heard = (self.candidate, self.timing.ttl) if withdraw else ()
+        timeout = min(self.timing.retry_interval, 1.0) if withdraw else self.timing.renew_interval
         try:
-            async with asyncio.timeout(self.timing.renew_interval):
-                lease = await self._backend.observe(self.name)
+            async with asyncio.timeout(timeout):
+                lease = await self._backend.observe(self.name, *heard)
         except (BackendError, TimeoutError):
             return default
         self.state.maybe_held = False
@@ -372,7 +413,8 @@ class Election:
                         return "poke"
                     change = done.pop()
                     if change.exception() is None:
-                        return "change"
+                        grant = change.result()
+                        return grant if isinstance(grant, Grant) else "change"
                     tasks.discard(change)
         except TimeoutError:
             return None

@@ -28,7 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from . import __version__
-from .backends.base import Backend, BackendError, Candidate, Lease
+from .backends.base import Backend, BackendError, Candidate, Grant, Lease
 from .backends.records import EndReason, Tenure
 from .connections import Connections
 from .engine import Election
@@ -267,6 +267,10 @@ class MeteredBackend(Backend):
     def hands_over(self) -> bool:
         return self.inner.hands_over
 
+    @property
+    def grants(self) -> bool:
+        return self.inner.grants
+
     async def open(self, elections: Sequence[str]) -> None:
         await self._timed("open", self.inner.open(elections))
 
@@ -302,19 +306,20 @@ class MeteredBackend(Backend):
         *,
         reserve_for: str = "",
         ttl: float = 0.0,
+        grant: bool = False,
     ) -> None:
         request = self.inner.release(
-            election, candidate, term, reason, reserve_for=reserve_for, ttl=ttl
+            election, candidate, term, reason, reserve_for=reserve_for, ttl=ttl, grant=grant
         )
         await self._timed("release", request)
 
     async def history(self, election: str, limit: int) -> list[Tenure]:
         return await self._timed("history", self.inner.history(election, limit))
 
-    async def wait_for_change(self, election: str, timeout: float) -> None:
+    async def wait_for_change(self, election: str, timeout: float) -> Grant | None:
         # Waiting is not a request: not timed, but a failure is still a backend error.
         try:
-            await self.inner.wait_for_change(election, timeout)
+            return await self.inner.wait_for_change(election, timeout)
         except BackendError as exc:
             self._count(exc)
             raise

@@ -158,6 +158,7 @@ class PostgresAdvisoryBackend(Backend):
         *,
         reserve_for: str = "",
         ttl: float = 0.0,
+        grant: bool = False,
     ) -> None:
         s = self._session(election)
         if s.term is not None and s.term != term:

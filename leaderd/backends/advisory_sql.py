@@ -124,7 +124,8 @@ SELECT {_COLUMNS}, me.pid, me.locked, NULL, {records.MEMBERS}
 FROM me LEFT JOIN {{t}} AS c ON c.election = $1
 WHERE NOT EXISTS (SELECT FROM cas)
 """
-_CAS_ARGS = {"e": "$1", "n": "$3", "i": "$4", "a": "$5", "ttl": "$6", "v": "$11", "lost": "$12"}
+_CAS_ARGS = {"e": "$1", "n": "$3", "i": "$4", "a": "$5", "ttl": "$6", "v": "$11", "lost": "$12",
+             "c": "true"}  # fmt: skip
 # $1 election, $2 key: the companion row and the session holding the lock (if any);
 # ``recorded``: that session is the one the row names (pid and start: pids are reused).
 OBSERVE = f"""
@@ -140,7 +141,8 @@ LEFT JOIN pg_stat_activity a ON a.pid = l.pid
 # The same, registering a member: $3 node id, $4 instance, $5 address, $6 ttl, $7 version,
 # $8 lost_term (a standby's rounds are reads: they relabel its lost term too).
 OBSERVE_HEARD = f"WITH {records.HEARD}, {records.RELABELED}\n{OBSERVE}"
-_OBSERVE_ARGS = {"e": "$1", "n": "$3", "i": "$4", "a": "$5", "ttl": "$6", "v": "$7", "lost": "$8"}
+_OBSERVE_ARGS = {"e": "$1", "n": "$3", "i": "$4", "a": "$5", "ttl": "$6", "v": "$7", "lost": "$8",
+                 "c": "false"}  # fmt: skip
 # $1 election, $2 node id, $3 instance, $4 term, $5 channel, $6 reserved for ('': none), $7
 # its seconds, $8 end reason. It commits on its own, before the lock is freed (UNLOCK, the
 # next statement): a standby granted the lock never reads the row as it was before the release.

@@ -23,6 +23,10 @@ Contract shared by every backend (the contract test suite checks it):
   may reserve the free lease for one named node id for one ttl on the backend's clock (a
   hand-over to a chosen standby): until then only that node id may acquire it, and every
   acquisition clears the reservation (docs/algorithm.md, "Hand-over to a chosen standby").
+* A backend that ``grants`` may instead hand a released lease straight to its freshest live
+  campaigning member, with the next term, in the release's own write, and tell that member
+  with a ``Grant`` from ``wait_for_change``: the new leader needs no write of its own
+  (docs/algorithm.md, "One-write hand-over").
 * Driver exceptions never escape: they are translated into ``BackendError``.
 * Every acquire-or-renew, and every observe that names a candidate, registers that candidate
   as a member (records.Member) in the same request, and the answer lists the election's
@@ -139,6 +143,21 @@ class Lease:
         return self.holder is not None and self.expires_in is not None and self.expires_in <= 0
 
 
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """A release handed the lease to this process (docs/algorithm.md, "One-write hand-over").
+
+    The backend set the lease's expiry to ``heard_at`` plus the member's ttl: ``heard_at``
+    is when the backend last heard this member, on the backend's clock, exactly as a
+    request's answer listed it (records.Member.heard_at). The engine leads on the grant only
+    if one of its own answered requests was heard at that very instant, and self-fences
+    from the moment it sent that request.
+    """
+
+    lease: Lease
+    heard_at: dt.datetime
+
+
 class Backend(abc.ABC):
     """Stores one lease per election. One instance serves every election of a daemon.
 
@@ -164,6 +183,12 @@ class Backend(abc.ABC):
         """Whether a release may reserve the lease for another node (False for static://,
         where no other node can ever hold it)."""
         return True
+
+    @property
+    def grants(self) -> bool:
+        """Whether ``release(grant=True)`` may hand the lease to a standby in its own write
+        (docs/algorithm.md, "One-write hand-over")."""
+        return False
 
     @abc.abstractmethod
     async def open(self, elections: Sequence[str]) -> None:
@@ -234,6 +259,7 @@ class Backend(abc.ABC):
         *,
         reserve_for: str = "",
         ttl: float = 0.0,
+        grant: bool = False,
     ) -> None:
         """Expire the lease in place if ``candidate`` (node id and instance) holds it with
         ``term``, even if the backend already judged it expired; else no-op. The term's
@@ -243,14 +269,20 @@ class Backend(abc.ABC):
         seconds of the backend's clock, in the same atomic write. The term is kept. Wake
         the other nodes' ``wait_for_change`` (NOTIFY, ...), so a standby takes over at once
         instead of after its polling period (and, at the reservation's end, every one).
+
+        With ``grant`` (and no ``reserve_for``), a backend that ``grants`` hands the lease in
+        the same write to the freshest campaigning member of another node id heard within
+        half its ttl: term + 1, expiring its ttl after it was last heard, history recorded;
+        and tells it with a Grant (``wait_for_change``). With no such member it is released.
         """
 
     @abc.abstractmethod
-    async def wait_for_change(self, election: str, timeout: float) -> None:
-        """Return when the lease may have changed (released or taken), or after ``timeout``.
+    async def wait_for_change(self, election: str, timeout: float) -> Grant | None:
+        """Return when the lease may have changed (released or taken), or after ``timeout``;
+        with a Grant when the change is a release that handed the lease to this process.
 
-        Spurious early returns are allowed; missing a change only costs latency,
-        never safety. Must not raise on timeout.
+        Spurious early returns are allowed; missing a change (or a grant) only costs
+        latency, never safety. Must not raise on timeout.
         """
 
     @abc.abstractmethod

@@ -156,6 +156,7 @@ class EtcdBackend(Backend):
         *,
         reserve_for: str = "",
         ttl: float = 0.0,
+        grant: bool = False,
     ) -> None:
         state = self._states.get(election)
         if state is None or not _mine(state, candidate):

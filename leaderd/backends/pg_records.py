@@ -18,6 +18,7 @@ import asyncpg
 import orjson
 
 from .base import BackendFatal, Candidate
+from .pgconn import alter_as_owner
 from .pgsettings import PgSettings
 from .records import HISTORY_RETENTION, PRUNE_AFTER_TTLS, EndReason, Member, Tenure
 
@@ -30,6 +31,7 @@ CREATE TABLE IF NOT EXISTS {m} (
     version   text NOT NULL DEFAULT '',      -- the member's leaderd version
     ttl       float8 NOT NULL,               -- stale once not heard from for this long
     heard_at  timestamptz NOT NULL,          -- server clock
+    campaigning boolean NOT NULL DEFAULT false, -- heard asking for the lease (a grant may go to it)
     PRIMARY KEY (election, node_id, instance)
 );
 CREATE TABLE IF NOT EXISTS {h} (
@@ -45,15 +47,24 @@ CREATE TABLE IF NOT EXISTS {h} (
 )
 """
 
+_HAS_CAMPAIGNING = """
+SELECT true FROM pg_attribute
+WHERE attrelid = $1::regclass AND attname = 'campaigning' AND NOT attisdropped
+"""
+_ADD_CAMPAIGNING = (
+    "ALTER TABLE {m} ADD COLUMN IF NOT EXISTS campaigning boolean NOT NULL DEFAULT false"
+)
+
 # The member's heartbeat and the pruning of the long-silent, as CTEs. Placeholders name the
 # statement's parameters: {e} election, {n} node id, {i} instance, {a} address, {v} version,
-# {ttl} the member's ttl in seconds.
+# {ttl} the member's ttl in seconds; {c} is true when the statement asks for the lease.
 HEARD = f"""
 heard AS (
-    INSERT INTO {{m}} (election, node_id, instance, address, version, ttl, heard_at)
-    VALUES ({{e}}, {{n}}, {{i}}, {{a}}, {{v}}::text, {{ttl}}::float8, now())
+    INSERT INTO {{m}} (election, node_id, instance, address, version, ttl, heard_at, campaigning)
+    VALUES ({{e}}, {{n}}, {{i}}, {{a}}, {{v}}::text, {{ttl}}::float8, now(), {{c}})
     ON CONFLICT (election, node_id, instance) DO UPDATE SET address = excluded.address,
-        version = excluded.version, ttl = excluded.ttl, heard_at = now()
+        version = excluded.version, ttl = excluded.ttl, heard_at = now(),
+        campaigning = excluded.campaigning
     RETURNING 1
 ), pruned AS (
     DELETE FROM {{m}} WHERE election = {{e}}
@@ -75,6 +86,27 @@ RELABELED = f"""relabeled AS (
       AND ended_at IS NOT NULL
     RETURNING 1
 )"""
+
+
+def _opened(columns: str, source: str) -> str:
+    """The CTEs that open a term's record (``columns``: term, holder, instance, address,
+    from ``source``) and keep the newest HISTORY_RETENTION; {h} and {e} stay placeholders."""
+    # The statement's snapshot does not show the record it opens: keep one fewer.
+    return f"""opened AS (
+    INSERT INTO {{h}} (election, term, holder, instance, address, acquired_at)
+    SELECT {{e}}, {columns}, now() FROM {source}
+    ON CONFLICT (election, term) DO UPDATE SET holder = excluded.holder,
+        instance = excluded.instance, address = excluded.address,
+        acquired_at = excluded.acquired_at, ended_at = NULL, end_reason = NULL
+    RETURNING 1
+), retained AS (
+    DELETE FROM {{h}} WHERE election = {{e}} AND EXISTS (SELECT FROM {source}) AND term < (
+        SELECT min(term) FROM (SELECT term FROM {{h}} WHERE election = {{e}}
+                               ORDER BY term DESC LIMIT {HISTORY_RETENTION - 1}) AS newest)
+    RETURNING 1
+)"""
+
+
 # History CTEs for an acquisition: ``prev`` is the lease row before the statement, ``cas``
 # the claim's RETURNING (term, acquired_at). A term that began now ends the open records
 # below it, opens its own, and keeps the newest HISTORY_RETENTION. {lost} is the lost_term
@@ -94,19 +126,8 @@ ended AS (
     FROM began, prev AS p
     WHERE h.election = {{e}} AND h.ended_at IS NULL AND h.term < began.term
     RETURNING 1
-), {RELABELED}, opened AS (
-    INSERT INTO {{h}} (election, term, holder, instance, address, acquired_at)
-    SELECT {{e}}, term, {{n}}, {{i}}, {{a}}, now() FROM began
-    ON CONFLICT (election, term) DO UPDATE SET holder = excluded.holder,
-        instance = excluded.instance, address = excluded.address,
-        acquired_at = excluded.acquired_at, ended_at = NULL, end_reason = NULL
-    RETURNING 1
-), retained AS (
-    DELETE FROM {{h}} WHERE election = {{e}} AND EXISTS (SELECT FROM began) AND term < (
-        SELECT min(term) FROM (SELECT term FROM {{h}} WHERE election = {{e}}
-                               ORDER BY term DESC LIMIT {HISTORY_RETENTION - 1}) AS newest)
-    RETURNING 1
-)"""
+), {RELABELED}, {_opened("term, {n}, {i}, {a}", "began")}
+"""
 # The release's CTE: ``released`` is the release's RETURNING (term); {reason} its reason.
 RELEASED = """
 ended AS (
@@ -114,6 +135,11 @@ ended AS (
     WHERE h.election = {e} AND h.term = r.term AND h.ended_at IS NULL
     RETURNING 1
 )"""
+# A release's grant (docs/algorithm.md, "One-write hand-over"): ``released`` is its RETURNING
+# (new_term, holder, instance, address; holder NULL when nobody was granted the lease).
+GRANTED = "granted AS (SELECT * FROM released WHERE holder IS NOT NULL), " + _opened(
+    "new_term, holder, instance, address", "granted"
+)
 # $1 election, $2 how many.
 HISTORY = """
 SELECT election, term, holder, instance, address, acquired_at, ended_at, end_reason
@@ -144,6 +170,16 @@ async def create(pg: PgSettings, conn: Any) -> None:
             f"{tables(pg)['h']}, and this role may not create them; as the schema's owner "
             f"run: {_one_line(sql)}; and grant this role SELECT, INSERT, UPDATE, DELETE on both"
         ) from None
+    await _upgrade_members(pg, conn)
+
+
+async def _upgrade_members(pg: PgSettings, conn: Any) -> None:
+    """Add the ``campaigning`` column to a members table an older leaderd created."""
+    members = tables(pg)["m"]
+    if await conn.fetchval(_HAS_CAMPAIGNING, members):
+        return
+    alter = _ADD_CAMPAIGNING.format(m=members)
+    await alter_as_owner(pg, conn, alter, f"table {members} lacks the column campaigning")
 
 
 def _one_line(sql: str) -> str:

@@ -141,14 +141,19 @@ async def ensure_table(pg: PgSettings, conn: Any, create: str, columns: Mapping[
     alter = f"ALTER TABLE {table} " + ", ".join(
         f"ADD COLUMN IF NOT EXISTS {name} {columns[name]}" for name in missing
     )
+    await alter_as_owner(pg, conn, alter, f"table {table} lacks the columns {', '.join(missing)}")
+
+
+async def alter_as_owner(pg: PgSettings, conn: Any, alter: str, lacks: str) -> None:
+    """Run an upgrade's ALTER TABLE; a role that may not gets one line naming it."""
     try:
         async with conn.transaction():
             await conn.execute("SET LOCAL lock_timeout = '5s'")
             await conn.execute(alter)
     except asyncpg.InsufficientPrivilegeError:
         raise BackendFatal(
-            f"{pg.description}: table {table} lacks the columns {', '.join(missing)} that this "
-            f"leaderd needs, and this role may not add them; as the table's owner run: {alter}"
+            f"{pg.description}: {lacks} that this leaderd needs, and this role may not add "
+            f"them; as the table's owner run: {alter}"
         ) from None
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import hashlib
 import logging
 import random
@@ -16,8 +17,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from ..events import Event, extra
-from .base import BackendError
+from .base import BackendError, Grant, Lease
 from .pgconn import connect, request
 from .pgsettings import PgSettings
 
@@ -34,7 +37,8 @@ def notify_channel(table: str) -> str:
 
 class Listener:
     """A dedicated connection that LISTENs on a channel and wakes the elections named in
-    the payloads, ``"<term> acquired|released <election>"``.
+    the payloads, ``"<term> acquired|released <election>"``, and keeps the grants that
+    ``"<term> granted <json>"`` payloads carry (docs/algorithm.md, "One-write hand-over").
 
     A wake-up counts only if it tells of a newer state than the last request saw
     (``saw``): acquired T < released T < acquired T+1. While the connection is down
@@ -51,6 +55,7 @@ class Listener:
         self._events: dict[str, asyncio.Event] = {}
         self._notified: dict[str, int] = {}  # newest state announced, per election
         self._seen: dict[str, int] = {}  # state the last request saw, per election
+        self._grants: dict[str, Grant] = {}  # the newest grant announced, per election
         # Per election: (the term a waiter knows, its event), set on newer "acquired" news.
         self._acquired: dict[str, tuple[int, asyncio.Event]] = {}
         self._task: asyncio.Task[None] | None = None
@@ -77,6 +82,9 @@ class Listener:
     def saw(self, election: str, term: int, held: bool) -> None:
         """A request saw this state: forget announcements it already covers."""
         seen = self._seen[election] = _state(term, held)
+        grant = self._grants.get(election)
+        if grant is not None and _state(grant.lease.term, True) <= seen:
+            del self._grants[election]  # old news: the request saw that term or a later one
         event = self._event(election)
         if self._notified.get(election, -1) > seen:
             event.set()
@@ -93,13 +101,16 @@ class Listener:
     def _event(self, election: str) -> asyncio.Event:
         return self._events.setdefault(election, asyncio.Event())
 
-    async def wait(self, election: str, timeout: float) -> None:
+    async def wait(self, election: str, timeout: float) -> Grant | None:
+        """Wait for news of ``election``; the grant it carried, if any (told once)."""
         event = self._event(election)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), max(0.0, timeout))
             # Told once: a wake-up that no request follows up (backend down) must not
             # turn every later wait into a spin.
             event.clear()
+            return self._grants.pop(election, None)
+        return None
 
     async def acquired(self, election: str, after_term: int, timeout: float) -> bool:
         """True when another node announces, within ``timeout``, that it acquired
@@ -119,6 +130,9 @@ class Listener:
 
     def _on_notify(self, conn: Any, pid: int, channel: str, payload: str) -> None:
         term, kind, election = [*payload.split(" ", 2), "", ""][:3]
+        if kind == "granted" and term.isdigit():
+            self._on_grant(int(term), election)
+            return
         if not term.isdigit() or kind not in ("acquired", "released"):
             return
         waiting = self._acquired.get(election)
@@ -129,6 +143,19 @@ class Listener:
             self._notified[election] = state
         if state > self._seen.get(election, -1) and election in self._events:
             self._events[election].set()
+
+    def _on_grant(self, term: int, text: str) -> None:
+        """Keep a grant (any process's: each checks whether it names its own instance)."""
+        try:
+            grant = _grant(term, orjson.loads(text))
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            log.debug("ignored a malformed grant on %s: %.200r", self.channel, text)
+            return
+        election = grant.lease.election
+        if _state(term, True) > self._seen.get(election, -1):
+            self._grants[election] = grant
+            if election in self._events:
+                self._events[election].set()
 
     async def _run(self) -> None:
         backoff = 0.1
@@ -220,6 +247,22 @@ class Outage:
             extra=extra(Event.LISTEN_UP, failures=self.failures),
         )
         self._started, self.failures = None, 0
+
+
+def _grant(term: int, data: dict[str, Any]) -> Grant:
+    """The Grant a "granted" payload describes (postgres.py, _RELEASE). Its lease expires
+    ``ttl`` after ``heard_at``: expires_in counts from the heartbeat, as base.Grant says."""
+    lease = Lease(
+        str(data["election"]),
+        str(data["holder"]),
+        str(data["address"]),
+        term,
+        dt.datetime.fromisoformat(data["acquired_at"]),
+        float(data["ttl"]),
+        instance=str(data["instance"]),
+        version=str(data["version"]),
+    )
+    return Grant(lease, dt.datetime.fromisoformat(data["heard_at"]))
 
 
 def _state(term: int, held: bool) -> int:

@@ -28,7 +28,7 @@ from typing import Any
 import asyncpg
 
 from . import pg_records as records
-from .base import Backend, BackendUnavailable, Candidate, Lease
+from .base import Backend, BackendUnavailable, Candidate, Grant, Lease
 from .pgconn import Closer, Deadline, close_quietly, connect, ensure_table, request, version_sql
 from .pglisten import Listener, notify_channel
 from .pgreservation import CLEAR, COLUMNS, RESERVE, lease_from_row, reservation_sql, reserved_sql
@@ -95,23 +95,44 @@ WITH prev AS MATERIALIZED (
 )
 SELECT answer.*, {records.MEMBERS} AS members FROM answer
 """
-_ACQUIRE_ARGS = {"e": "$1", "n": "$2", "i": "$3", "a": "$4", "ttl": "$5", "v": "$9", "lost": "$10"}
+_ACQUIRE_ARGS = {"e": "$1", "n": "$2", "i": "$3", "a": "$4", "ttl": "$5", "v": "$9", "lost": "$10",
+                 "c": "true"}  # fmt: skip
 
 _OBSERVE = f"SELECT {{cols}}, {records.MEMBERS} AS members FROM {{t}} AS l WHERE election = $1"
 # $1 election, $2 node id, $3 instance, $4 address, $5 ttl, $6 leaderd version.
 _OBSERVE_HEARD = f"WITH {records.HEARD}\n{_OBSERVE}"
-_OBSERVE_ARGS = {"e": "$1", "n": "$2", "i": "$3", "a": "$4", "ttl": "$5", "v": "$6"}
+_OBSERVE_ARGS = {"e": "$1", "n": "$2", "i": "$3", "a": "$4", "ttl": "$5", "v": "$6", "c": "false"}
 
 # $1 election, $2 node id, $3 instance, $4 term, $5 channel, $6 reserved for ('': none),
-# $7 the reservation's seconds, $8 end reason.
+# $7 the reservation's seconds, $8 end reason, $9 grant: hand the lease to the freshest live
+# campaigning member of another node id (docs/algorithm.md, "One-write hand-over"), expiring
+# its ttl after it was last heard; the member hears of it by the "granted" NOTIFY.
 _RELEASE = f"""
-WITH released AS (
-    UPDATE {{t}} AS l SET holder = NULL, instance = '', address = '', renewed_at = now(),
-        expires_at = now(), version = l.version + 1, {RESERVE}
-    WHERE election = $1 AND holder = $2 AND instance = $3 AND term = $4
-    RETURNING election, term
-), {records.RELEASED}
-SELECT pg_notify($5, term || ' released ' || election)::text FROM released
+WITH successor AS MATERIALIZED (
+    SELECT node_id, instance, address, ttl, heard_at FROM {{m}}
+    WHERE $9::boolean AND $6::text = '' AND election = $1 AND campaigning AND node_id <> $2
+      AND heard_at > now() - make_interval(secs => ttl / 2)
+      AND octet_length(node_id) + octet_length(address) + octet_length($1) < 4000
+    ORDER BY heard_at DESC, node_id, instance LIMIT 1
+), released AS (
+    UPDATE {{t}} AS l SET holder = s.node_id, instance = coalesce(s.instance, ''),
+        address = coalesce(s.address, ''), term = l.term + (s.node_id IS NOT NULL)::int,
+        acquired_at = CASE WHEN s.node_id IS NULL THEN l.acquired_at ELSE now() END,
+        renewed_at = now(), expires_at = coalesce(s.heard_at + make_interval(secs => s.ttl), now()),
+        version = l.version + 1, {RESERVE}
+    FROM (SELECT 1) AS one LEFT JOIN successor AS s ON true
+    WHERE l.election = $1 AND l.holder = $2 AND l.instance = $3 AND l.term = $4
+    RETURNING l.election, $4::bigint AS term, l.term AS new_term, l.holder, l.instance,
+        l.address, {version_sql("l")} AS version, s.ttl, s.heard_at
+), {records.RELEASED}, {records.GRANTED}
+SELECT pg_notify($5, new_term || ' granted ' || json_build_object('election', election,
+           'holder', holder, 'instance', instance, 'address', address, 'version', version,
+           'ttl', ttl, 'heard_at', heard_at, 'acquired_at', now())::text)::text,
+       pg_notify($5, new_term || ' acquired ' || election)::text
+FROM released WHERE holder IS NOT NULL
+UNION ALL
+SELECT pg_notify($5, term || ' released ' || election)::text, NULL
+FROM released WHERE holder IS NULL
 """
 
 _DEFAULT_TIMEOUT = 5.0  # observe and release have no timeout argument
@@ -141,6 +162,10 @@ class PostgresLeaseBackend(Backend):
     @property
     def description(self) -> str:
         return self._pg.description
+
+    @property
+    def grants(self) -> bool:
+        return True
 
     @property
     def listening(self) -> bool:
@@ -195,20 +220,21 @@ class PostgresLeaseBackend(Backend):
         *,
         reserve_for: str = "",
         ttl: float = 0.0,
+        grant: bool = False,
     ) -> None:
         me = candidate
         args = (election, me.node_id, me.instance, term, self._listener.channel)
         reservation = (reserve_for, float(ttl) if reserve_for else 0.0)
         await self._request("releasing the lease", _DEFAULT_TIMEOUT, self._sql_release,
-                            *args, *reservation, reason.value)  # fmt: skip
+                            *args, *reservation, reason.value, grant)  # fmt: skip
 
     async def history(self, election: str, limit: int) -> list[Tenure]:
         doing = "reading the history"
         rows = await self._request(doing, _DEFAULT_TIMEOUT, self._sql_history, election, limit)
         return records.tenures(rows)
 
-    async def wait_for_change(self, election: str, timeout: float) -> None:
-        await self._listener.wait(election, timeout)
+    async def wait_for_change(self, election: str, timeout: float) -> Grant | None:
+        return await self._listener.wait(election, timeout)
 
     async def close(self) -> None:
         await self._listener.stop()

@@ -208,6 +208,7 @@ class SQLiteBackend(Backend):
         *,
         reserve_for: str = "",
         ttl: float = 0.0,
+        grant: bool = False,
     ) -> None:
         async with self._request("release", self._busy_timeout) as run:
             params = {

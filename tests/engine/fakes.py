@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from leaderd.backends.base import Backend, BackendUnavailable, Candidate, Lease
-from leaderd.backends.records import EndReason, Tenure
+from leaderd.backends.base import Backend, BackendUnavailable, Candidate, Grant, Lease
+from leaderd.backends.records import EndReason, Member, Tenure
 from leaderd.clock import boottime
 
 EPOCH = dt.datetime(2026, 11, 21, 10, 0, tzinfo=dt.UTC)
@@ -93,6 +94,16 @@ class LeaseStore:
         self.clock = clock
         self.rows: dict[str, Row] = {}
         self.changed = asyncio.Event()
+        # Members: (node id, instance) -> when last heard (wall clock), campaigning, ttl.
+        self.heard: dict[tuple[str, str], tuple[dt.datetime, bool, float]] = {}
+        self.last_grant: Grant | None = None
+
+    def hear(self, candidate: Candidate, campaigning: bool, ttl: float) -> tuple[Member, ...]:
+        """Register a heartbeat; the members list names only the one just heard."""
+        at = self.clock.wall()
+        self.heard[candidate.node_id, candidate.instance] = (at, campaigning, ttl)
+        c = candidate
+        return (Member(c.node_id, c.instance, c.address, c.leaderd_version, ttl, at, 0.0),)
 
     def lease(self, election: str) -> Lease:
         row = self.rows.setdefault(election, Row())
@@ -143,7 +154,13 @@ class LeaseStore:
         return self.lease(election)
 
     def release(
-        self, election: str, candidate: Candidate, term: int, reserve_for: str = "", ttl: float = 0
+        self,
+        election: str,
+        candidate: Candidate,
+        term: int,
+        reserve_for: str = "",
+        ttl: float = 0,
+        grant: bool = False,
     ) -> None:
         row = self.rows.setdefault(election, Row())
         mine = row.holder == candidate.node_id and row.instance == candidate.instance
@@ -151,7 +168,28 @@ class LeaseStore:
             row.holder, row.instance, row.address, row.acquired_at = None, "", "", None
             row.reserved_for, row.reserved_until = reserve_for, self.clock.now() + ttl
             row.version += 1
+            if grant and not reserve_for:
+                self._grant(election, row, candidate.node_id)
             self._wake()
+
+    def _grant(self, election: str, row: Row, releasing: str) -> None:
+        """base.py's grant: the freshest campaigning member of another node id, heard
+        within half its ttl, gets term + 1 until its ttl after it was heard."""
+        wall = self.clock.wall()
+        live = [
+            (at, node, instance, ttl)
+            for (node, instance), (at, campaigning, ttl) in self.heard.items()
+            if campaigning and node != releasing and (wall - at).total_seconds() < ttl / 2
+        ]
+        if not live:
+            return
+        at, node, instance, ttl = max(live)
+        heard_ago = (wall - at).total_seconds()
+        row.holder, row.instance, row.term = node, instance, row.term + 1
+        row.acquired_at, row.expires_at = wall, self.clock.now() - heard_ago + ttl
+        lease = Lease(election, node, "", row.term, wall, ttl, instance=instance,
+                      version=str(row.version))  # fmt: skip
+        self.last_grant = Grant(lease, at)
 
     def _wake(self) -> None:
         self.changed.set()
@@ -174,6 +212,8 @@ class Script:
     lose_to: Candidate | None = None
     # The next acquire is served, then its answer is lost (BackendUnavailable).
     lose_answer: bool = False
+    # wait_for_change returns this grant once (a backend whose NOTIFY carried it).
+    grant: Grant | None = None
     # The next acquire is served at once, but its answer arrives at this time.
     answer_at: float | None = None
     # The backend grants this many seconds instead of the ttl asked for.
@@ -197,7 +237,14 @@ class RecordingBackend(Backend):
     # The lost_term of every acquire_or_renew, and the reason of every release, in order.
     lost_terms: list[int] = field(default_factory=list)
     reasons: list[EndReason] = field(default_factory=list)
+    # Whether releases may grant the lease to a standby (base.Backend.grants).
+    granting: bool = False
     kind = "fake"
+    _grants_told: set[int] = field(default_factory=set)
+
+    @property
+    def grants(self) -> bool:
+        return self.granting
 
     @classmethod
     def from_url(cls, url: str) -> RecordingBackend:
@@ -215,7 +262,10 @@ class RecordingBackend(Backend):
     ) -> Lease:
         self._enter("observe", election)
         await self._hang(None)
-        return self.store.lease(election)
+        lease = self.store.lease(election)
+        if candidate is None:
+            return lease
+        return dataclasses.replace(lease, members=self.store.hear(candidate, False, ttl))
 
     async def acquire_or_renew(
         self,
@@ -246,7 +296,7 @@ class RecordingBackend(Backend):
         if self.script.answer_at is not None:
             until, self.script.answer_at = self.script.answer_at, None
             await self.store.clock.sleep_until(until)
-        return lease
+        return dataclasses.replace(lease, members=self.store.hear(candidate, True, ttl))
 
     async def release(
         self,
@@ -257,26 +307,35 @@ class RecordingBackend(Backend):
         *,
         reserve_for: str = "",
         ttl: float = 0.0,
+        grant: bool = False,
     ) -> None:
         self.reasons.append(reason)
         self._enter(
             "release", election, candidate.node_id, term, *[reserve_for][: bool(reserve_for)]
         )
         await self._hang(None)
-        self.store.release(election, candidate, term, reserve_for, ttl)
+        self.store.release(election, candidate, term, reserve_for, ttl, grant and self.granting)
 
     async def history(self, election: str, limit: int) -> list[Tenure]:
         self._record("history", (election, limit))
         return []
 
-    async def wait_for_change(self, election: str, timeout: float) -> None:
+    async def wait_for_change(self, election: str, timeout: float) -> Grant | None:
         self._record("wait_for_change", (election, timeout))
         if self.script.broken_wait:
             raise BackendUnavailable("wait_for_change: connection lost (scripted)")
+        if self.script.grant is not None:
+            grant, self.script.grant = self.script.grant, None
+            return grant
         if self.script.spurious_wait:
-            return
+            return None
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.store.changed.wait(), timeout)
+        grant = self.store.last_grant
+        if grant is None or id(grant) in self._grants_told:
+            return None
+        self._grants_told.add(id(grant))  # told once, like a NOTIFY
+        return grant
 
     async def close(self) -> None:
         self._record("close", ())

@@ -205,3 +205,51 @@ def test_resign_to_hands_over_to_the_chosen_standby(cluster: list[Daemon]) -> No
 
 def test_a_stopped_chosen_standby_delays_the_failover_by_one_ttl(cluster: list[Daemon]) -> None:
     switchover.fails_over_after_one_ttl_when_the_chosen_standby_is_stopped(cluster, TTL)
+
+
+def history(d: Daemon, limit: int) -> list[tuple[int, str, str | None]]:
+    records = d.get(f"/history?limit={limit}")[1]["records"]
+    return [(r["term"], r["holder"], r["end_reason"]) for r in records]
+
+
+def lease_cluster(pg: PgServer) -> contextlib.AbstractContextManager[list[Daemon]]:
+    return running(pg.dsn(PASSWORD_USER, PASSWORD, scheme="postgresql", table=unique("g")))
+
+
+def test_sigterm_grants_the_lease_to_a_standby_that_leads_without_a_write(pg: PgServer) -> None:
+    with lease_cluster(pg) as daemons:
+        leader = the_leader(daemons)
+        before = term_of(leader)
+        leader.signal(signal.SIGTERM)
+        new = the_leader([d for d in daemons if d is not leader])
+        assert leader.wait() == 0 and term_of(new) == before + 1
+        assert f"granted term {before + 1} by the release" in new.log()
+        told = [(before + 1, new.node_id, None), (before, leader.node_id, "released")]
+        wait_for(lambda: history(new, 2) == told, timeout=TTL, what="the grant's history")
+
+
+def test_a_frozen_grantee_is_taken_over_within_a_ttl_and_never_leads_after_sigcont(
+    pg: PgServer,
+) -> None:
+    """The release grants the lease to the only campaigning standby, frozen just after a
+    heartbeat: the other standby (cooling down meanwhile) takes over once the grant's lease
+    expired and its version stood still for one ttl; the thawed grantee follows."""
+    with lease_cluster(pg) as daemons:
+        leader = the_leader(daemons)
+        before = term_of(leader)
+        grantee, other = [d for d in daemons if d is not leader]
+        assert other.post(f"/resign?cooldown={TTL}")[0] == 200  # not campaigning for one ttl
+        time.sleep(2 * RETRY)  # its next heartbeat says so
+        grantee.signal(signal.SIGSTOP)
+        t0 = time.monotonic()
+        leader.signal(signal.SIGTERM)
+        assert leader.wait() == 0
+        assert the_leader([other], timeout=3 * TTL + 1) is other
+        print(f"\nfrozen grantee taken over after {time.monotonic() - t0:.2f}s")
+        assert term_of(other) == before + 2  # the grant's term was grantee's
+        grantee.signal(signal.SIGCONT)
+        for _ in range(20):
+            assert leaders([grantee, other]) == [other]
+            time.sleep(0.05)
+        told = (before + 1, grantee.node_id, "taken over after expiry")
+        wait_for(lambda: history(other, 2)[1:] == [told], timeout=TTL, what="the history")
