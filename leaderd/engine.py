@@ -239,7 +239,9 @@ class Election:
         me = self.candidate
         for member in members:
             if (member.node_id, member.instance) == (me.node_id, me.instance) and member.heard_at:
-                self._heartbeats[member.heard_at] = t_send
+                # The earliest send: two rounds may name one instant (an etcd member's heartbeat
+                # is this host's wall clock in milliseconds); counting from the first is safe.
+                self._heartbeats.setdefault(member.heard_at, t_send)
         while len(self._heartbeats) > _HEARTBEATS_KEPT:
             del self._heartbeats[next(iter(self._heartbeats))]
 

@@ -161,3 +161,16 @@ def wait_for(
 
 def leaders(daemons: Sequence[Daemon]) -> list[Daemon]:
     return [d for d in daemons if d.alive() and d.is_leader()]
+
+
+def history(d: Daemon, limit: int) -> list[tuple[int, str, str | None]]:
+    """(term, holder, end reason) of the newest ``limit`` records of d's /history."""
+    records = d.get(f"/history?limit={limit}")[1]["records"]
+    return [(r["term"], r["holder"], r["end_reason"]) for r in records]
+
+
+def only_leader_for(leader: Daemon, others: Sequence[Daemon], seconds: float = 1.0) -> None:
+    """For ``seconds``, ``leader`` alone answers "leader" (polled every 50 ms)."""
+    for _ in range(max(1, round(seconds / 0.05))):
+        assert leaders([leader, *others]) == [leader]
+        time.sleep(0.05)

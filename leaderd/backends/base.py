@@ -147,11 +147,13 @@ class Lease:
 class Grant:
     """A release handed the lease to this process (docs/algorithm.md, "One-write hand-over").
 
-    The backend set the lease's expiry to ``heard_at`` plus the member's ttl: ``heard_at``
-    is when the backend last heard this member, on the backend's clock, exactly as a
-    request's answer listed it (records.Member.heard_at). The engine leads on the grant only
-    if one of its own answered requests was heard at that very instant, and self-fences
-    from the moment it sent that request.
+    The granted lease lasts at least ``lease.expires_in`` (capped at the ttl) after the
+    backend received a request of this process: the one whose answer listed this member as
+    heard at ``heard_at`` (records.Member.heard_at), exactly. On postgresql:// the release
+    set the expiry to that heartbeat plus the ttl; on etcd, the key is under this process's
+    spare lease, which that request kept alive. The engine leads on the grant only if one of
+    its own answered requests was heard at that very instant, and self-fences from the
+    moment it sent that request.
     """
 
     lease: Lease
@@ -271,9 +273,9 @@ class Backend(abc.ABC):
         instead of after its polling period (and, at the reservation's end, every one).
 
         With ``grant`` (and no ``reserve_for``), a backend that ``grants`` hands the lease in
-        the same write to the freshest campaigning member of another node id heard within
-        half its ttl: term + 1, expiring its ttl after it was last heard, history recorded;
-        and tells it with a Grant (``wait_for_change``). With no such member it is released.
+        the same write to the freshest live campaigning member of another node id: term + 1,
+        expiring no sooner than the Grant says, history recorded; and tells it with a Grant
+        (``wait_for_change``). With no such member it is released.
         """
 
     @abc.abstractmethod

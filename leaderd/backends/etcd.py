@@ -13,7 +13,9 @@
   The lessor runs on the etcd leader's monotonic clock, which no wall-clock step moves, and a
   present key is never taken over: ``takeover`` is not needed (docs/algorithm.md, docs/etcd.md).
 * Standbys wake on an etcd watch of the prefix (etcd_watch.py) and keep a lease granted in
-  advance (a spare): a graceful handover is one watch event and one transaction.
+  advance (a spare), which they offer in a candidate key: a graceful release puts the key
+  under the freshest candidate's spare with the next term (etcd_grant.py), and that standby
+  leads on the watch event alone. A hand-over is one transaction and one watch event.
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ from typing import Any
 
 import orjson
 
-from .base import Backend, BackendError, BackendUnavailable, Candidate, Lease
+from .base import Backend, BackendError, BackendUnavailable, Candidate, Grant, Lease
 from .etcd_gateway import EtcdClient, EtcdError, EtcdSettings, b64, prefix_end, unb64
-from .etcd_records import Keys, MemberClock, tenures
+from .etcd_grant import Offers, successor
+from .etcd_records import Keys, MemberClock, now, tenures
 from .etcd_state import TEND as _TEND
 from .etcd_state import Holder as _Holder
 from .etcd_state import Spare as _Spare
@@ -64,6 +67,8 @@ class _Ask:
     min_term: int
     give_up: float  # time.monotonic()
     lost_term: int = 0
+    campaigning: bool = True  # an observe's heartbeat is not: it withdraws any candidacy
+    heard_at: str = ""  # names this round's heartbeat, never another's (etcd_grant.py)
 
     def left(self) -> float:
         return self.give_up - time.monotonic()
@@ -83,6 +88,13 @@ class EtcdBackend(Backend):
         self._watch = PrefixWatch(self._etcd, self._prefix, self._on_event)
         self._members: dict[str, tuple[Member, ...]] = {}  # as the last answer listed them
         self._member_clock = MemberClock()
+        self._last_heard_at = dt.datetime.min.replace(tzinfo=dt.UTC)
+        self._me: dict[str, Candidate] = {}  # who asks, by election: whom a grant is for
+        self._offers = Offers()
+
+    @property
+    def grants(self) -> bool:
+        return True
 
     @classmethod
     def from_url(cls, url: str) -> EtcdBackend:
@@ -107,7 +119,9 @@ class EtcdBackend(Backend):
         self, election: str, candidate: Candidate | None = None, ttl: float = 0.0
     ) -> Lease:
         give_up = time.monotonic() + _DEFAULT_TIMEOUT
-        ask = _Ask(election, candidate, ttl, 0, give_up) if candidate else None
+        ask = None
+        if candidate is not None:
+            ask = _Ask(election, candidate, ttl, 0, give_up, 0, False, self._heard_at())
         state = await self._read(election, _DEFAULT_TIMEOUT, ask)
         if state.holder is None:
             return await self._reserved_answer(election, state, _DEFAULT_TIMEOUT)
@@ -127,7 +141,9 @@ class EtcdBackend(Backend):
         min_term: int = 0,
         lost_term: int = 0,
     ) -> Lease:
-        ask = _Ask(election, candidate, ttl, min_term, time.monotonic() + timeout, lost_term)
+        give_up = time.monotonic() + timeout
+        ask = _Ask(election, candidate, ttl, min_term, give_up, lost_term, True, self._heard_at())
+        self._me[election] = candidate
         state, fresh = self._states.get(election), False
         for _ in range(3):
             # Another holder (or nothing known) is always read again; a key a watch event said
@@ -164,6 +180,8 @@ class EtcdBackend(Backend):
         holder = state.holder
         if holder is None or not _mine(state, candidate) or holder.term != term:
             return
+        if grant and not reserve_for and await self._grant_successor(election, state, reason, ttl):
+            return
         key = b64(self._key(election))
         success: list[dict[str, Any]] = [
             {"request_delete_range": {"key": key}},
@@ -184,16 +202,78 @@ class EtcdBackend(Backend):
         body = {"success": self._keys(election).read_history(limit)}
         return tenures(election, await self._call("/v3/kv/txn", body, _DEFAULT_TIMEOUT, "reading"))
 
-    async def wait_for_change(self, election: str, timeout: float) -> None:
+    async def wait_for_change(self, election: str, timeout: float) -> Grant | None:
         await self._watch.wait(election, self._answered.get(election, 0), timeout)
         # Told once: a wake-up that no successful request follows (etcd down) is not news again.
         self._answered[election] = max(self._answered.get(election, 0), self._watch.heard(election))
+        return self._granted(election)
 
     async def close(self) -> None:
         # Spares are left to expire: a revoke now would compete with a successor's transaction.
         await self._watch.stop()
         self._spares.clear()
         await self._etcd.close()
+
+    # ---- the one-write hand-over (etcd_grant.py) --------------------------------------------
+
+    async def _grant_successor(
+        self, election: str, state: _State, reason: EndReason, ttl: float
+    ) -> bool:
+        """End our term by putting the key under the freshest candidate's spare, term + 1.
+        False: no live candidate, or it changed or its spare is gone; release as before."""
+        holder, keys = state.holder, self._keys(election)
+        assert holder is not None
+        offer = successor(
+            self._offers.of(election),
+            holder.node_id,
+            lambda o: self._member_clock.age(keys.member(Candidate(o.node_id, "", o.instance))),
+            ttl,
+        )
+        if offer is None:
+            return False
+        term, acquired_at = state.term + 1, now()
+        value = {"node_id": offer.node_id, "address": offer.address, "instance": offer.instance,
+                 "term": term, "acquired_at": acquired_at}  # fmt: skip
+        key, offered = b64(self._key(election)), b64(keys.candidate(offer.node_id, offer.instance))
+        heir = Candidate(offer.node_id, offer.address, offer.instance)
+        body = {
+            "compare": [_compare(key, "CREATE", holder.created),
+                        _compare(offered, "MOD", offer.modified)],
+            "success": [
+                {"request_put": {"key": key, "value": b64(orjson.dumps(value)),
+                                 "lease": offer.lease}},
+                {"request_put": {"key": b64(self._term_key(election)), "value": b64(str(term))}},
+                {"request_delete_range": {"key": offered}},
+                keys.released(holder.term, reason),
+                *keys.began(heir, term, acquired_at),
+            ],
+        }  # fmt: skip
+        try:
+            answer = await self._call("/v3/kv/txn", body, _DEFAULT_TIMEOUT, "granting the lease")
+        except EtcdError as exc:
+            if exc.code != _LEASE_NOT_FOUND:
+                raise
+            return False  # the candidate's spare expired: it is not alive to lead
+        if not answer.get("succeeded"):
+            return False
+        revision = _revision(answer)
+        granted = _Holder(offer.node_id, offer.address, offer.instance, term, acquired_at,
+                          offer.lease, revision)  # fmt: skip
+        self._remember(election, _State(revision, granted, term, revision))
+        self._spares[election] = _Spare(holder.lease, 1, -math.inf)  # as after a release
+        return True
+
+    def _granted(self, election: str) -> Grant | None:
+        """A release put the key under our spare: tell the engine with the round whose
+        keepalive of that spare its expiry counts from."""
+        state, me = self._states.get(election), self._me.get(election)
+        spare = self._spares.get(election)
+        if state is None or me is None or spare is None or spare.kept_in is None:
+            return None
+        if state.holder is None or not _mine(state, me) or state.holder.lease != spare.id:
+            return None
+        del self._spares[election]  # it is our lease now
+        return Grant(self._answer(election, state, float(spare.ttl)), spare.kept_in)
 
     # ---- acquire, renew, and the spare lease ---------------------------------------------
 
@@ -203,7 +283,7 @@ class EtcdBackend(Backend):
         if spare is None or not spare.ttl:  # none, or it had expired
             spare = await self._grant(ask)
         term = max(state.term + 1, ask.min_term)
-        now = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+        now = ask.heard_at
         value = {"node_id": me.node_id, "address": me.address, "instance": me.instance,
                  "term": term, "acquired_at": now}  # fmt: skip
         key, term_key = b64(self._key(ask.election)), b64(self._term_key(ask.election))
@@ -223,9 +303,11 @@ class EtcdBackend(Backend):
             "failure": [{"request_range": {"key": k}} for k in (key, term_key, reserved_key)],
         }
         # The member's heartbeat either way; the new term's history record on success.
+        # A holder is no candidate: the acquisition withdraws our candidacy.
         keys, heard = self._keys(ask.election), self._heard(ask)
-        body["success"] += [*keys.began(me, term, now), *heard, keys.list_members()]
-        body["failure"] += [*heard, keys.list_members()]
+        body["success"] += [*keys.began(me, term, now), *heard, keys.withdraw(me),
+                            keys.list_members()]  # fmt: skip
+        body["failure"] += [*self._heard(ask, spare), keys.list_members(), keys.list_candidates()]
         # A spare that is not fresh is kept alive with the transaction: its ttl then counts
         # from after the engine's t_send (0: it had expired). A fresh one counts what it has.
         sent_at, refresh = time.monotonic(), not spare.fresh(ask.ttl)
@@ -238,13 +320,16 @@ class EtcdBackend(Backend):
             if exc.code != _LEASE_NOT_FOUND:
                 raise
             return state, None  # the spare had expired: a new one next time round
-        spare = replace(spare, ttl=kept, kept_at=sent_at) if refresh else spare
+        if refresh:
+            spare = replace(spare, ttl=kept, kept_at=sent_at, kept_in=_kept_in(ask))
         self._note_members(ask.election, answer, me)
         if not answer.get("succeeded"):
+            self._note_offers(ask.election, answer)
             if spare.ttl:
                 self._spares[ask.election] = spare
             return self._remember(ask.election, self._parse(answer)), None
         revision = _revision(answer)
+        self._offers.drop(ask.election, me.node_id, me.instance)
         holder = _Holder(me.node_id, me.address, me.instance, term, now, spare.id, revision)
         state = self._remember(ask.election, _State(revision, holder, term, revision))
         return state, self._answer(ask.election, state, max(0.0, spare.left()))
@@ -253,19 +338,27 @@ class EtcdBackend(Backend):
         """Keep our key's lease alive, and check that the key is still ours under it."""
         assert state.holder is not None
         ours, sent_at = state.holder, time.monotonic()
+        spare = self._spares.get(ask.election)
+        if spare is not None and spare.id == ours.lease:  # granted to us: our lease now
+            del self._spares[ask.election]
         kept, state = await asyncio.gather(
             self._keepalive(ours.lease, ask), self._read(ask.election, ask.left(), ask)
         )
         holder = state.holder
         if holder is None or holder.created != ours.created:
             if kept:  # the key went (deleted by hand) but the lease lives: a spare
-                self._spares[ask.election] = _Spare(ours.lease, kept, sent_at)
+                self._spares[ask.election] = _Spare(ours.lease, kept, sent_at, _kept_in(ask))
             return state, None
         # A lease the lessor found expired is lost even while its key still shows.
         return state, self._answer(ask.election, state, float(kept))
 
     async def _look(self, ask: _Ask) -> _State:
-        """A follower's round: read the election, and tend the spare meanwhile."""
+        """A follower's round: read the election, and tend the spare meanwhile; without a
+        spare, grant one first, so that this very round's heartbeat offers it."""
+        spare = self._spares.get(ask.election)
+        if spare is None or not spare.ttl:
+            await self._tend(ask)
+            return await self._read(ask.election, ask.left(), ask)
         state, _ = await asyncio.gather(self._read(ask.election, ask.left(), ask), self._tend(ask))
         return state
 
@@ -279,14 +372,16 @@ class EtcdBackend(Backend):
                 sent_at = time.monotonic()
                 kept = await self._keepalive(spare.id, ask)
                 if self._spares.get(ask.election) is spare:
-                    self._spares[ask.election] = replace(spare, ttl=kept, kept_at=sent_at)
+                    self._spares[ask.election] = replace(
+                        spare, ttl=kept, kept_at=sent_at, kept_in=_kept_in(ask)
+                    )
         except BackendError:
             return  # the round's own request says what is wrong
 
     async def _grant(self, ask: _Ask) -> _Spare:
         sent_at = time.monotonic()
         lease, ttl = await self._grant_lease(ask.ttl, ask.left())
-        return _Spare(lease, ttl, sent_at)
+        return _Spare(lease, ttl, sent_at, _kept_in(ask))
 
     async def _grant_lease(self, ttl: float, timeout: float) -> tuple[int, int]:
         """A new etcd lease of at least ``ttl`` (whole seconds): its id and its ttl."""
@@ -308,21 +403,53 @@ class EtcdBackend(Backend):
     async def _read(self, election: str, timeout: float, ask: _Ask | None = None) -> _State:
         """The keys of an election and its members, in one transaction (one revision);
         with ``ask``, that member's heartbeat too."""
-        keys = (self._key(election), self._term_key(election), self._reserved_key(election))
-        ranges = [{"request_range": {"key": b64(key)}} for key in keys]
-        ranges += [*self._heard(ask), self._keys(election).list_members()]
+        names = (self._key(election), self._term_key(election), self._reserved_key(election))
+        ranges = [{"request_range": {"key": b64(name)}} for name in names]
+        keys = self._keys(election)
+        spare = self._spares.get(election)
+        ranges += [*self._heard(ask, spare), keys.list_members(), keys.list_candidates()]
         answer = await self._call("/v3/kv/txn", {"success": ranges}, timeout, "reading the lease")
         self._note_members(election, answer, ask.me if ask else None)
+        self._note_offers(election, answer)
         await self._prune(election, max(0.001, timeout / 2))
         return self._remember(election, self._parse(answer))
 
-    def _heard(self, ask: _Ask | None) -> list[dict[str, Any]]:
-        """The operations of a member's heartbeat (and of a term it lost etcd in)."""
+    def _heard(self, ask: _Ask | None, spare: _Spare | None = None) -> list[dict[str, Any]]:
+        """The operations of a member's heartbeat (and of a term it lost etcd in), and of
+        its candidacy: withdrawn when not campaigning, else offering ``spare``."""
         if ask is None:
             return []
         keys = self._keys(ask.election)
         lost = [keys.lost(ask.lost_term)] if ask.lost_term else []
-        return [keys.heard(ask.me, ask.ttl), *lost]
+        return [keys.heard(ask.me, ask.ttl, ask.heard_at), *lost, *self._offer(ask, spare)]
+
+    def _offer(self, ask: _Ask, spare: _Spare | None) -> list[dict[str, Any]]:
+        """Withdraw the candidacy when not campaigning; offer a spare the candidate key does
+        not name yet, kept alive by a known round (etcd_grant.py)."""
+        me, keys = ask.me, self._keys(ask.election)
+        if not ask.campaigning:
+            return [keys.withdraw(me)]
+        state = self._states.get(ask.election)
+        if spare is None or spare.kept_in is None or spare.left() <= 0:
+            return []
+        if state is not None and _mine(state, me):
+            return []
+        offered = self._offers.of(ask.election).get((me.node_id, me.instance))
+        if offered is not None and offered.lease == spare.id:
+            return []
+        return [keys.stand(me, spare.id)]
+
+    def _heard_at(self) -> str:
+        """The wall clock in milliseconds, made strictly increasing: a grant names the round
+        it counts from by it, so no two rounds of this process may share one."""
+        stamp = dt.datetime.fromisoformat(now())
+        if stamp <= self._last_heard_at:
+            stamp = self._last_heard_at + dt.timedelta(milliseconds=1)
+        self._last_heard_at = stamp
+        return stamp.isoformat(timespec="milliseconds")
+
+    def _note_offers(self, election: str, answer: Any) -> None:
+        self._offers.read(election, self._keys(election), answer, _revision(answer))
 
     def _note_members(self, election: str, answer: Any, me: Candidate | None) -> None:
         keys = self._keys(election)
@@ -333,8 +460,10 @@ class EtcdBackend(Backend):
         request per member that went away)."""
         keys = self._keys(election)
         for key, revision in self._member_clock.silent(self._members.get(election, ()), keys):
+            offered = key.replace(keys.members, keys.candidates, 1)  # its candidacy goes too
             body = {"compare": [_compare(b64(key), "MOD", revision)],
-                    "success": [{"request_delete_range": {"key": b64(key)}}]}  # fmt: skip
+                    "success": [{"request_delete_range": {"key": b64(k)}}
+                                for k in (key, offered)]}  # fmt: skip
             with contextlib.suppress(BackendError):
                 await self._call("/v3/kv/txn", body, timeout, "pruning a member")
 
@@ -386,6 +515,10 @@ class EtcdBackend(Backend):
     def _on_event(self, key: str, kv: dict[str, Any] | None, revision: int) -> str | None:
         """A watch event (kv None: deleted): update what we know; the election it concerns."""
         election, _, what = key[len(self._prefix) :].partition("/")
+        if what.startswith("candidates/"):  # a leader's release reads the offers of the moment
+            self._offers.event(election, self._keys(election), key, kv, revision)
+        elif what.startswith("members/") and kv is not None:  # their age too
+            self._member_clock.saw(key, revision)
         if what not in ("leader", "term", "reserved"):
             return None
         known = self._states.get(election)
@@ -419,6 +552,11 @@ class EtcdBackend(Backend):
 
     def _reserved_key(self, election: str) -> str:
         return f"{self._prefix}{election}/reserved"
+
+
+def _kept_in(ask: _Ask) -> dt.datetime:
+    """The round a grant or keepalive sent now is part of, as its heartbeat names it."""
+    return dt.datetime.fromisoformat(ask.heard_at)
 
 
 async def _nothing() -> int:

@@ -5,6 +5,9 @@ the etcd backend already sends, so they add no request.
   rounds. etcd keeps no time for a key, so its age is judged as the takeover rule judges a
   lease (DESIGN §1.3): on this daemon's own clock, since it saw the key's mod revision
   change. A key unchanged for PRUNE_AFTER_TTLS of its ttl is deleted if still unchanged.
+* ``<prefix><election>/candidates/<node id>/<instance>``: a campaigning standby's spare
+  lease id, put when its spare changes, deleted when it stops campaigning or acquires: what a
+  release may grant the lease under (etcd_grant.py).
 * ``<prefix><election>/history/<term>``: a holder's record, put by the acquiring
   transaction, which also deletes the records HISTORY_RETENTION terms older.
 * ``<prefix><election>/ended/<term>``: how it ended, put by the releasing transaction (or
@@ -28,7 +31,8 @@ from .records import HISTORY_RETENTION, PRUNE_AFTER_TTLS, EndReason, Member, Ten
 _DIGITS = 20  # terms are zero-padded, so keys sort as terms do
 
 
-def _now() -> str:
+def now() -> str:
+    """The wall clock as the records show it (milliseconds, UTC)."""
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
 
@@ -53,6 +57,13 @@ class Keys:
     def member(self, me: Candidate) -> str:
         return f"{self.members}{me.node_id}/{me.instance}"
 
+    @property
+    def candidates(self) -> str:
+        return f"{self.base}candidates/"
+
+    def candidate(self, node_id: str, instance: str) -> str:
+        return f"{self.candidates}{node_id}/{instance}"
+
     def history(self, term: int) -> str:
         return f"{self.base}history/{term:0{_DIGITS}d}"
 
@@ -61,19 +72,31 @@ class Keys:
 
     # ---- operations for the backend's transactions ----
 
-    def heard(self, me: Candidate, ttl: float) -> dict[str, Any]:
+    def heard(self, me: Candidate, ttl: float, heard_at: str) -> dict[str, Any]:
         value = {"node_id": me.node_id, "instance": me.instance, "address": me.address,
-                 "version": me.leaderd_version, "ttl": ttl, "heard_at": _now()}  # fmt: skip
+                 "version": me.leaderd_version, "ttl": ttl, "heard_at": heard_at}  # fmt: skip
         return _put(self.member(me), value)
 
     def list_members(self) -> dict[str, Any]:
         return _range(self.members)
 
+    def stand(self, me: Candidate, spare: int) -> dict[str, Any]:
+        """Offer ``spare`` as the lease a release may grant this candidate the election under."""
+        value = {"node_id": me.node_id, "instance": me.instance, "address": me.address,
+                 "lease": str(spare)}  # fmt: skip
+        return _put(self.candidate(me.node_id, me.instance), value)
+
+    def withdraw(self, me: Candidate) -> dict[str, Any]:
+        return {"request_delete_range": {"key": b64(self.candidate(me.node_id, me.instance))}}
+
+    def list_candidates(self) -> dict[str, Any]:
+        return _range(self.candidates)
+
     def lost(self, term: int) -> dict[str, Any]:
         return _put(self.ended(term), {"end_reason": EndReason.LOST_BACKEND, "ended_at": None})
 
     def released(self, term: int, reason: EndReason) -> dict[str, Any]:
-        return _put(self.ended(term), {"end_reason": reason, "ended_at": _now()})
+        return _put(self.ended(term), {"end_reason": reason, "ended_at": now()})
 
     def began(self, me: Candidate, term: int, acquired_at: str) -> list[dict[str, Any]]:
         """Record the new term; delete the records HISTORY_RETENTION terms older."""
@@ -146,6 +169,17 @@ class MemberClock:
                 continue  # not a leaderd member: ignore it
             found.append(member)
         return tuple(found)
+
+    def saw(self, key: str, revision: int) -> None:
+        """A watch event put the member key ``key`` at ``revision``."""
+        seen = self._seen.get(key)
+        if seen is None or seen[0] < revision:
+            self._seen[key] = (revision, time.monotonic())
+
+    def age(self, key: str) -> float | None:
+        """Seconds since this daemon saw the member key at ``key`` change; None: never seen."""
+        seen = self._seen.get(key)
+        return None if seen is None else time.monotonic() - seen[1]
 
     def silent(self, members: tuple[Member, ...], keys: Keys) -> list[tuple[str, int]]:
         """(key, mod revision) of the members to prune: silent for PRUNE_AFTER_TTLS ttls."""

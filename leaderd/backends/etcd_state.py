@@ -67,11 +67,14 @@ class State:
 
 @dataclass(frozen=True)
 class Spare:
-    """A granted lease with no key, for the next acquisition."""
+    """A granted lease with no key, for the next acquisition (or a release's grant)."""
 
     id: int
     ttl: int  # its ttl in etcd: whole seconds, at least etcd's minimum
     kept_at: float  # time.monotonic() when its grant or last keepalive was SENT
+    # The heard_at of the round that sent that grant or keepalive (after the engine's send
+    # time for the round): a release's grant of this lease counts from it. None: unknown.
+    kept_in: dt.datetime | None = None
 
     def left(self) -> float:
         """Seconds it surely has left: its age counts as age / 0.9, so that whatever the

@@ -1,0 +1,104 @@
+"""The one-write hand-over on etcd (docs/algorithm.md, "One-write hand-over"; docs/etcd.md).
+
+A campaigning standby offers its spare lease in a candidate key (etcd_records.Keys). A
+release that grants puts the leader key under the freshest candidate's spare lease, with
+the next term, in the transaction that ends its own term, on two conditions: its own key
+is still the one it created, and the candidate key is unchanged since it read it (a
+standby that stopped campaigning deleted it). A spare that is gone fails the transaction
+in etcd ("lease not found"): the release then frees the lease as before.
+
+The granted lease expires when etcd's lessor says, counting from the spare's last
+keepalive; the standby sent that keepalive after the engine's send time of the round named
+by ``Spare.kept_in``, so self-fencing from that round's send time is safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .etcd_gateway import unb64
+from .etcd_records import Keys
+from .etcd_state import int_of
+
+
+@dataclass(frozen=True)
+class Candidacy:
+    """A candidate key: who offers which spare lease, as of the key's mod revision."""
+
+    node_id: str
+    instance: str
+    address: str
+    lease: int
+    modified: int
+
+
+def candidacy(kv: dict[str, Any]) -> Candidacy | None:
+    """A candidate key's record; None if it is not a leaderd candidate's."""
+    try:
+        v = orjson.loads(unb64(kv["value"]))
+        return Candidacy(str(v["node_id"]), str(v["instance"]), str(v.get("address", "")),
+                         int(v["lease"]), int_of(kv.get("mod_revision")))  # fmt: skip
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+class Offers:
+    """The candidacies of every election, by (node id, instance), as the newest of a read
+    or a watch event showed them: a leader knows the offers of the moment it releases."""
+
+    def __init__(self) -> None:
+        self._offers: dict[str, dict[tuple[str, str], Candidacy]] = {}
+        self._as_of: dict[str, int] = {}  # the revision they are known at
+
+    def of(self, election: str) -> dict[tuple[str, str], Candidacy]:
+        return self._offers.get(election, {})
+
+    def read(self, election: str, keys: Keys, answer: Any, revision: int) -> None:
+        """The candidate keys a transaction's ranges returned, at ``revision``."""
+        if revision < self._as_of.get(election, 0):
+            return  # a watch event already told of something newer
+        found = {}
+        for response in answer.get("responses", []):
+            for kv in response.get("response_range", {}).get("kvs") or []:
+                key = unb64(kv.get("key", "")).decode(errors="replace")
+                if key.startswith(keys.candidates) and (offer := candidacy(kv)) is not None:
+                    found[(offer.node_id, offer.instance)] = offer
+        self._offers[election], self._as_of[election] = found, revision
+
+    def event(
+        self, election: str, keys: Keys, key: str, kv: dict[str, Any] | None, revision: int
+    ) -> None:
+        """A watch event on the candidate key ``key`` (kv None: deleted)."""
+        if revision <= self._as_of.get(election, 0):
+            return
+        self._as_of[election] = revision
+        offers = self._offers.setdefault(election, {})
+        if kv is None:
+            for who, offer in list(offers.items()):
+                if keys.candidate(offer.node_id, offer.instance) == key:
+                    del offers[who]
+        elif (put := candidacy(kv)) is not None:
+            offers[(put.node_id, put.instance)] = put
+
+    def drop(self, election: str, node_id: str, instance: str) -> None:
+        self._offers.get(election, {}).pop((node_id, instance), None)
+
+
+def successor(
+    offers: dict[tuple[str, str], Candidacy],
+    releaser: str,
+    age: Callable[[Candidacy], float | None],
+    within: float,
+) -> Candidacy | None:
+    """The candidate of another node id whose member record changed most recently, if that
+    was less than ``within`` seconds ago on this daemon's clock."""
+    live = [
+        (seen, offer)
+        for offer in offers.values()
+        if offer.node_id != releaser and (seen := age(offer)) is not None and seen < within
+    ]
+    return min(live, key=lambda pair: pair[0])[1] if live else None
