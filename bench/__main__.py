@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from . import etcd, fanout, handover, leader_load, qps
+from . import etcd, fanout, handover, leader_load, qps, startup
 from .common import BACKENDS, Backends, Figure, backends, raise_nofile
 
 FAMILIES = ("handover", "failover", "leader", "watch", "rss", "qps", "etcd")
@@ -175,6 +175,8 @@ class Bench:
             )
             keep = {"watch", "rss"} & only
             self.figures = [f for f in self.figures if f.family not in {"watch", "rss"} - keep]
+        if "rss" in only:
+            await self.step("startup", startup.measure)
         for name in group.available:
             if "handover" in only and name != handover.IMMEDIATE:  # same path as the default
                 work = functools.partial(handover.handover, name, group.url(name), a.handovers)

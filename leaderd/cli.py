@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from . import __version__, client, early_signals, jsonio
+from . import __version__, client, early_signals, jsonio, lean_imports
 from .config import Config, ConfigError, client_socket, load
 
 EXIT_OK, EXIT_NOT_LEADER, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -151,6 +151,7 @@ def _config(args: argparse.Namespace, command: list[str]) -> Config:
 
 def _run(args: argparse.Namespace, command: list[str]) -> int:
     early_signals.hold()  # a stop during the imports below still hands over and exits 0
+    lean_imports.import_aiohttp()
     try:
         config = _config(args, command)
     except ConfigError as exc:
