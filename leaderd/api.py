@@ -385,20 +385,28 @@ class _Api:
             headers={"Content-Type": _SSE if sse else _NDJSON, "Cache-Control": "no-cache"}
         )
         with election.stream() as queue:
-            await response.prepare(request)
-            while True:
-                status = await self._unless_closing(queue.get(), self.heartbeat)
-                if status is None and not self.closing.is_set():
-                    # SSE: a comment; NDJSON: an empty line. Also finds a client gone.
-                    await response.write(b": keep-alive\n\n" if sse else b"\n")
-                    continue
-                if status is None:
-                    break
-                await response.write(_event(status, sse))
-                if status.role is Role.STOPPED:
-                    break
-        await response.write_eof()
+            try:
+                await response.prepare(request)
+                await self._send_events(response, queue, sse)
+                await response.write_eof()
+            except ConnectionResetError:
+                pass  # the client left before an event: nobody to tell
         return response
+
+    async def _send_events(
+        self, response: web.StreamResponse, queue: asyncio.Queue[ElectionStatus], sse: bool
+    ) -> None:
+        while True:
+            status = await self._unless_closing(queue.get(), self.heartbeat)
+            if status is None and not self.closing.is_set():
+                # SSE: a comment; NDJSON: an empty line. Also finds a client gone.
+                await response.write(b": keep-alive\n\n" if sse else b"\n")
+                continue
+            if status is None:
+                return
+            await response.write(_event(status, sse))
+            if status.role is Role.STOPPED:
+                return
 
 
 def _hand_over_refused(election: Election, me: str, to: str) -> web.Response | None:
