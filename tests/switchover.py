@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from tests.daemons import REPO, Daemon, leaders, wait_for
+from tests.daemons import REPO, Daemon, history, leaders, only_leader_for, wait_for
 from tests.referee import Referee
 
 
@@ -86,3 +86,38 @@ def fails_over_after_one_ttl_when_the_chosen_standby_is_stopped(
         wait_for(lambda: f"{chosen.node_id} did not take the lease" in leader.log(), 5)
     finally:
         chosen.signal(signal.SIGCONT)
+
+
+def sigterm_grants_the_lease(daemons: Sequence[Daemon], ttl: float) -> None:
+    """SIGTERM of the leader grants the lease to a standby, which leads with term + 1 and no
+    write of its own (docs/algorithm.md, "One-write hand-over"); the history tells it."""
+    leader = the_leader(daemons, timeout=ttl * 3)
+    before = term_of(leader)
+    leader.signal(signal.SIGTERM)
+    new = the_leader([d for d in daemons if d is not leader], timeout=ttl * 2)
+    assert leader.wait() == 0 and term_of(new) == before + 1
+    assert f"granted term {before + 1} by the release" in new.log()
+    told = [(before + 1, new.node_id, None), (before, leader.node_id, "released")]
+    wait_for(lambda: history(new, 2) == told, timeout=ttl, what="the grant's history")
+
+
+def frozen_grantee_is_taken_over(daemons: Sequence[Daemon], ttl: float, retry: float) -> None:
+    """The release grants the lease to the only campaigning standby, frozen just after a
+    heartbeat: the other standby (cooling down meanwhile) takes over once the grant's lease
+    lapsed and its version stood still for one ttl; the thawed grantee follows."""
+    leader = the_leader(daemons, timeout=ttl * 3)
+    before = term_of(leader)
+    grantee, other = [d for d in daemons if d is not leader]
+    assert other.post(f"/resign?cooldown={ttl}")[0] == 200  # not campaigning for one ttl
+    time.sleep(2 * retry)  # its next heartbeat says so
+    grantee.signal(signal.SIGSTOP)
+    t0 = time.monotonic()
+    leader.signal(signal.SIGTERM)
+    assert leader.wait() == 0
+    assert the_leader([other], timeout=3 * ttl + 1) is other
+    print(f"\nfrozen grantee taken over after {time.monotonic() - t0:.2f}s")
+    assert term_of(other) == before + 2  # the grant's term was grantee's
+    grantee.signal(signal.SIGCONT)
+    only_leader_for(other, [grantee])
+    told = (before + 1, grantee.node_id, "taken over after expiry")
+    wait_for(lambda: history(other, 2)[1:] == [told], timeout=ttl, what="the history")

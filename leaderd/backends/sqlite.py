@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from ..clock import boottime
+from . import sqlite_grant
 from . import sqlite_records as records
 from .base import (
     Backend,
@@ -34,6 +35,7 @@ from .base import (
     BackendFatal,
     BackendUnavailable,
     Candidate,
+    Grant,
     Lease,
 )
 from .records import EndReason, Member, Tenure
@@ -92,6 +94,7 @@ class SQLiteBackend(Backend):
         # Per election: (holder, instance, term) as last read, and when that lease lapses on
         # CLOCK_BOOTTIME; a renewal is no change a waiter must hear of.
         self._seen: dict[str, tuple[tuple[str | None, str, int], float | None]] = {}
+        self._me: dict[str, Candidate] = {}  # per election: who asks here (told of a grant)
 
     @classmethod
     def from_url(cls, url: str) -> SQLiteBackend:
@@ -115,6 +118,10 @@ class SQLiteBackend(Backend):
     def description(self) -> str:
         return f"sqlite://{self.path}?table={self.table}"
 
+    @property
+    def grants(self) -> bool:
+        return True
+
     async def open(self, elections: Sequence[str]) -> None:
         self._closed = False
         self._elections = list(elections)
@@ -126,6 +133,7 @@ class SQLiteBackend(Backend):
     ) -> Lease:
         if candidate is None:
             return await self._read(election, self._busy_timeout, members=True)
+        self._me[election] = candidate
         async with self._request("read", self._busy_timeout) as run:
             row, now, members = await run(self._heard, election, candidate, ttl)
             return self._lease(election, row, now, members)
@@ -136,7 +144,7 @@ class SQLiteBackend(Backend):
         """A cooling-down candidate's read, with its heartbeat: one transaction, one hop."""
         db.execute("BEGIN IMMEDIATE")
         now = boottime()
-        records.heard(db, self.table, election, me, self._clock(now, ttl))
+        records.heard(db, self.table, election, me, self._clock(now, ttl), campaigning=False)
         row = _fetch(db, self._select, election)
         members = records.members(db, self.table, election, self._boot_id, now)
         db.execute("COMMIT")
@@ -164,6 +172,7 @@ class SQLiteBackend(Backend):
             "takeover": int(takeover) if takeover.isdigit() else -1,
             "lost_term": lost_term,
         }
+        self._me[election] = candidate
         async with self._request("acquire", timeout) as run:
             row, now, members = await run(self._claim, ask, candidate)
             return self._lease(election, row, now, members)
@@ -191,7 +200,7 @@ class SQLiteBackend(Backend):
             },
         )
         row = _fetch(db, self._select, election)
-        records.heard(db, self.table, election, me, self._clock(now, ask["ttl"]))
+        records.heard(db, self.table, election, me, self._clock(now, ask["ttl"]), campaigning=True)
         records.began(db, self.table, election, me, (before, row), (wall, now, self._boot_id))
         if ask["lost_term"]:
             records.lost(db, self.table, election, me, ask["lost_term"])
@@ -216,17 +225,21 @@ class SQLiteBackend(Backend):
                 "holder": candidate.node_id,
                 "instance": candidate.instance,
                 "term": term,
-                "wall": iso(time.time()),
-                "now": boottime(),
                 "reserve_for": reserve_for,
                 "reserve_ttl": ttl if reserve_for else 0.0,
+                "boot_id": self._boot_id,
             }
             # One transaction: its commit bumps data_version, which wakes standbys.
-            await run(self._release, params, reason)
+            await run(self._release, params, reason, grant and not reserve_for)
 
-    def _release(self, db: sqlite3.Connection, params: dict[str, Any], reason: EndReason) -> None:
+    def _release(
+        self, db: sqlite3.Connection, params: dict[str, Any], reason: EndReason, grant: bool
+    ) -> None:
         db.execute("BEGIN IMMEDIATE")
-        if db.execute(RELEASE.format(table=self.table), params).rowcount > 0:
+        wall = time.time()  # read under the write lock, as the member ages it compares
+        params = {**params, "wall": iso(wall), "wall_seconds": wall, "now": boottime()}
+        granted = grant and sqlite_grant.grant(db, self.table, params)
+        if granted or db.execute(RELEASE.format(table=self.table), params).rowcount > 0:
             records.released(db, self.table, params, reason)
         db.execute("COMMIT")
 
@@ -235,7 +248,7 @@ class SQLiteBackend(Backend):
             tenures: list[Tenure] = await run(records.history, self.table, election, limit)
             return tenures
 
-    async def wait_for_change(self, election: str, timeout: float) -> None:
+    async def wait_for_change(self, election: str, timeout: float) -> Grant | None:
         deadline = boottime() + timeout
         seen = self._seen.get(election)
         if seen is not None and seen[1] is not None:
@@ -245,19 +258,40 @@ class SQLiteBackend(Backend):
             while not self._closed:
                 changed = self._commits.changed  # taken before the read: no commit slips by
                 self._commits.start()
-                lease = await self._read(election, max(deadline - boottime(), 0.001))
+                lease, granted = await self._look_for_grant(election, deadline)
                 if seen is not None and _holding(lease) != seen[0]:
-                    return
+                    return granted
                 seen = seen or (_holding(lease), None)
                 remaining = deadline - boottime()
                 if remaining <= 0:
-                    return
+                    return None
                 with suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), remaining)
         except BackendError:
-            return  # a failed read ends the wait; the engine's next request reports it
+            return None  # a failed read ends the wait; the engine's next request reports it
         finally:
             self._commits.waiters -= 1
+        return None
+
+    async def _look_for_grant(self, election: str, deadline: float) -> tuple[Lease, Grant | None]:
+        """A waiter's read: the lease, and the Grant when a release handed it to us."""
+        me = self._me.get(election)
+        async with self._request("read", max(deadline - boottime(), 0.001)) as run:
+            row, now, heard = await run(self._look_granted, election, me)
+        lease = self._lease(election, row, now)
+        if me is None or heard is None or not lease.held_by(me) or not lease.expires_in:
+            return lease, None  # not a grant naming a heartbeat of ours: a round tells
+        return lease, Grant(replace(lease, expires_in=heard.lasts), heard.heard_at)
+
+    def _look_granted(
+        self, db: sqlite3.Connection, election: str, me: Candidate | None
+    ) -> tuple[_Row | None, float, sqlite_grant.Heartbeat | None]:
+        db.execute("BEGIN")  # one snapshot: the lease row and the heartbeat it names
+        row, now, _ = self._look(db, election, False)
+        mine = me is not None and row is not None and (row[0], row[1]) == (me.node_id, me.instance)
+        heard = sqlite_grant.heartbeat(db, self.table, election, me) if me and mine else None
+        db.execute("COMMIT")
+        return row, now, heard
 
     async def close(self) -> None:
         self._closed = True

@@ -35,8 +35,11 @@ CREATE TABLE IF NOT EXISTS {table}_members (
     heard_at       TEXT NOT NULL,
     boot_id        TEXT NOT NULL,
     heard_boottime REAL NOT NULL,
+    campaigning    INTEGER NOT NULL DEFAULT 0,  -- heard asking for the lease: a grant may go to it
     PRIMARY KEY (election, node_id, instance)
 )"""
+# Added since the members table first shipped: an older file gains it (default: not asking).
+_CAMPAIGNING = "ALTER TABLE {table}_members ADD COLUMN campaigning INTEGER NOT NULL DEFAULT 0"
 CREATE_HISTORY = """
 CREATE TABLE IF NOT EXISTS {table}_history (
     election    TEXT NOT NULL,
@@ -51,11 +54,12 @@ CREATE TABLE IF NOT EXISTS {table}_history (
 )"""
 _HEARD = """
 INSERT INTO {table}_members (election, node_id, instance, address, version, ttl, heard_at,
-                             boot_id, heard_boottime)
-VALUES (:election, :node_id, :instance, :address, :version, :ttl, :wall, :boot_id, :now)
+                             boot_id, heard_boottime, campaigning)
+VALUES (:election, :node_id, :instance, :address, :version, :ttl, :wall, :boot_id, :now,
+        :campaigning)
 ON CONFLICT (election, node_id, instance) DO UPDATE SET address = :address,
     version = :version, ttl = :ttl, heard_at = :wall, boot_id = :boot_id,
-    heard_boottime = :now"""
+    heard_boottime = :now, campaigning = :campaigning"""
 _PRUNE = f"""
 DELETE FROM {{table}}_members
 WHERE election = :election AND (boot_id != :boot_id
@@ -86,17 +90,29 @@ FROM {table}_history WHERE election = ? ORDER BY term DESC LIMIT ?"""
 
 
 async def create(conn: aiosqlite.Connection, table: str) -> None:
-    """Create both tables if missing (inside the caller's transaction)."""
+    """Create both tables if missing, and add the members' campaigning column to an older
+    file (inside the caller's transaction)."""
     await conn.execute(CREATE_MEMBERS.format(table=table))
     await conn.execute(CREATE_HISTORY.format(table=table))
+    async with conn.execute(f"PRAGMA table_info({table}_members)") as cursor:
+        columns = {str(row[1]) for row in await cursor.fetchall()}
+    if "campaigning" not in columns:
+        await conn.execute(_CAMPAIGNING.format(table=table))
 
 
 def heard(
-    db: sqlite3.Connection, table: str, election: str, me: Candidate, clock: dict[str, Any]
+    db: sqlite3.Connection,
+    table: str,
+    election: str,
+    me: Candidate,
+    clock: dict[str, Any],
+    campaigning: bool,
 ) -> None:
-    """Register ``me`` and prune the long-silent; ``clock``: wall, boot_id, now, ttl."""
+    """Register ``me`` and prune the long-silent; ``clock``: wall, boot_id, now, ttl.
+    ``campaigning``: ``me`` asks for the lease now (not cooling down, not stopping)."""
     params = {"election": election, "node_id": me.node_id, "instance": me.instance,
-              "address": me.address, "version": me.leaderd_version, **clock}  # fmt: skip
+              "address": me.address, "version": me.leaderd_version,
+              "campaigning": int(campaigning), **clock}  # fmt: skip
     db.execute(_HEARD.format(table=table), params)
     db.execute(_PRUNE.format(table=table), params)
 
@@ -109,7 +125,7 @@ def members(
     for node_id, instance, address, version, ttl, heard_at, boot, heard_boottime in rows:
         # Another boot's clock cannot be read on ours: that process is gone.
         ago = now - heard_boottime if boot == boot_id else float(ttl) * PRUNE_AFTER_TTLS
-        found.append(Member(node_id, instance, address, version, float(ttl), _when(heard_at), ago))
+        found.append(Member(node_id, instance, address, version, float(ttl), when(heard_at), ago))
     return tuple(found)
 
 
@@ -158,7 +174,7 @@ def released(db: sqlite3.Connection, table: str, params: dict[str, Any], reason:
 def history(db: sqlite3.Connection, table: str, election: str, limit: int) -> list[Tenure]:
     rows = db.execute(_HISTORY.format(table=table), (election, limit)).fetchall()
     return [
-        Tenure(e, int(term), holder, instance, address, _when(began), _when(ended), reason)
+        Tenure(e, int(term), holder, instance, address, when(began), when(ended), reason)
         for e, term, holder, instance, address, began, ended, reason in rows
     ]
 
@@ -168,7 +184,18 @@ def iso(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
-def _when(text: str | None) -> dt.datetime | None:
+def when(text: str | None) -> dt.datetime | None:
     if not text:
         return None
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def granted(
+    db: sqlite3.Connection, table: str, params: dict[str, Any], to: Candidate, term: int
+) -> None:
+    """A release granted ``term`` to ``to``: begin its record (the released one is ended by
+    ``released``) and keep the newest few; ``params``: election, wall."""
+    values = {"election": params["election"], "term": term, "wall": params["wall"],
+              "holder": to.node_id, "instance": to.instance, "address": to.address}  # fmt: skip
+    db.execute(_BEGIN.format(table=table), values)
+    db.execute(_RETAIN.format(table=table), values)

@@ -13,8 +13,8 @@ import uuid
 import pytest
 
 from leaderd.backends import Backend, Candidate, backend_from_url
-from leaderd.backends.base import Grant, Lease
 from tests.etcd.cluster import EtcdCluster
+from tests.grants import heard, wait_grant
 
 A = Candidate("node-a", "10.0.0.1:80")
 B = Candidate("node-b", "10.0.0.2:80")
@@ -47,27 +47,12 @@ def cluster(etcd: EtcdCluster, opened: list[Backend]) -> Cluster:
     return Cluster(etcd, opened)
 
 
-def heard(lease: Lease, who: Candidate) -> dt.datetime:
-    me = (who.node_id, who.instance)
-    member = next(m for m in lease.members if (m.node_id, m.instance) == me)
-    assert member.heard_at is not None
-    return member.heard_at
-
-
 async def stand(backend: Backend, who: Candidate, ttl: float = TTL) -> dt.datetime:
     """Two follower rounds: the first grants a spare, the second offers it. The heartbeat
     of the first, which the spare's expiry counts from."""
     first = heard(await backend.acquire_or_renew(E, who, ttl=ttl, timeout=5), who)
     await backend.acquire_or_renew(E, who, ttl=ttl, timeout=5)
     return first
-
-
-async def wait_grant(backend: Backend) -> Grant:
-    async with asyncio.timeout(3):
-        while True:
-            grant = await backend.wait_for_change(E, 1.0)
-            if grant is not None:
-                return grant
 
 
 async def test_a_release_grants_the_freshest_candidate_the_next_term(cluster: Cluster) -> None:
@@ -80,7 +65,7 @@ async def test_a_release_grants_the_freshest_candidate_the_next_term(cluster: Cl
     assert cluster.offer(B) is not None
     await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
     await a.release(E, A, held.term, grant=True, ttl=TTL)
-    grant = await wait_grant(b)
+    grant = await wait_grant(b, E)
     assert grant.heard_at == b_kept and grant.lease.held_by(B)
     assert grant.lease.term == held.term + 1
     assert grant.lease.expires_in is not None and grant.lease.expires_in >= TTL
@@ -104,7 +89,7 @@ async def test_a_released_grant_frees_the_lease_and_terms_go_on(cluster: Cluster
     await stand(b, B)
     await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
     await a.release(E, A, held.term, grant=True, ttl=TTL)
-    grant = await wait_grant(b)
+    grant = await wait_grant(b, E)
     await b.release(E, B, grant.lease.term)
     again = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5, min_term=grant.lease.term + 1)
     assert again.held_by(A) and again.term == grant.lease.term + 1

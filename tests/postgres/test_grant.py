@@ -5,13 +5,11 @@ transaction, and the member hears of it by NOTIFY with the heartbeat it counts f
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 
 import pytest
 
 from leaderd.backends import Candidate
-from leaderd.backends.base import Grant, Lease
-from leaderd.backends.postgres import PostgresLeaseBackend
+from tests.grants import heard, wait_grant
 from tests.pgserver import PgServer
 from tests.postgres.helpers import admin, opened, unique
 
@@ -21,22 +19,6 @@ A = Candidate("node-a", "10.0.0.1:80")
 B = Candidate("node-b", "10.0.0.2:80")
 C = Candidate("node-c", "10.0.0.3:80")
 TTL = 4.0
-
-
-def heard(lease: Lease, who: Candidate) -> dt.datetime:
-    """When the request that answered ``lease`` was heard from ``who`` (server clock)."""
-    me = (who.node_id, who.instance)
-    member = next(m for m in lease.members if (m.node_id, m.instance) == me)
-    assert member.heard_at is not None
-    return member.heard_at
-
-
-async def wait_grant(backend: PostgresLeaseBackend, election: str) -> Grant:
-    async with asyncio.timeout(3):
-        while True:
-            grant = await backend.wait_for_change(election, 1.0)
-            if grant is not None:
-                return grant
 
 
 async def test_a_release_grants_the_freshest_standby_the_next_term(pg_server: PgServer) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from leaderd.backends.advisory import advisory_key
 from tests import switchover
-from tests.daemons import Daemon, history, leaders, only_leader_for, short_tempdir, wait_for
+from tests.daemons import Daemon, leaders, short_tempdir, wait_for
 from tests.pgserver import PASSWORD, PASSWORD_USER, PgServer
 from tests.postgres.helpers import unique
 
@@ -213,36 +213,11 @@ def lease_cluster(pg: PgServer) -> contextlib.AbstractContextManager[list[Daemon
 
 def test_sigterm_grants_the_lease_to_a_standby_that_leads_without_a_write(pg: PgServer) -> None:
     with lease_cluster(pg) as daemons:
-        leader = the_leader(daemons)
-        before = term_of(leader)
-        leader.signal(signal.SIGTERM)
-        new = the_leader([d for d in daemons if d is not leader])
-        assert leader.wait() == 0 and term_of(new) == before + 1
-        assert f"granted term {before + 1} by the release" in new.log()
-        told = [(before + 1, new.node_id, None), (before, leader.node_id, "released")]
-        wait_for(lambda: history(new, 2) == told, timeout=TTL, what="the grant's history")
+        switchover.sigterm_grants_the_lease(daemons, TTL)
 
 
 def test_a_frozen_grantee_is_taken_over_within_a_ttl_and_never_leads_after_sigcont(
     pg: PgServer,
 ) -> None:
-    """The release grants the lease to the only campaigning standby, frozen just after a
-    heartbeat: the other standby (cooling down meanwhile) takes over once the grant's lease
-    expired and its version stood still for one ttl; the thawed grantee follows."""
     with lease_cluster(pg) as daemons:
-        leader = the_leader(daemons)
-        before = term_of(leader)
-        grantee, other = [d for d in daemons if d is not leader]
-        assert other.post(f"/resign?cooldown={TTL}")[0] == 200  # not campaigning for one ttl
-        time.sleep(2 * RETRY)  # its next heartbeat says so
-        grantee.signal(signal.SIGSTOP)
-        t0 = time.monotonic()
-        leader.signal(signal.SIGTERM)
-        assert leader.wait() == 0
-        assert the_leader([other], timeout=3 * TTL + 1) is other
-        print(f"\nfrozen grantee taken over after {time.monotonic() - t0:.2f}s")
-        assert term_of(other) == before + 2  # the grant's term was grantee's
-        grantee.signal(signal.SIGCONT)
-        only_leader_for(other, [grantee])
-        told = (before + 1, grantee.node_id, "taken over after expiry")
-        wait_for(lambda: history(other, 2)[1:] == [told], timeout=TTL, what="the history")
+        switchover.frozen_grantee_is_taken_over(daemons, TTL, RETRY)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import switchover
 from tests.daemons import REPO, Daemon, curl, leaders, short_tempdir, wait_for
 
 TTL, RENEW, RETRY = 2.0, 0.5, 0.25
@@ -90,6 +91,18 @@ def test_sigterm_hands_over_and_followers_watch_it(cluster: list[Daemon]) -> Non
     assert seen["revision"] > before["revision"]
     # The first change the follower saw was the old leader leaving or the new one coming.
     assert seen["leader"] is None or seen["leader"]["node_id"] != leader.node_id
+
+
+def test_sigterm_grants_the_lease_to_a_standby_that_leads_without_a_write(
+    cluster: list[Daemon],
+) -> None:
+    switchover.sigterm_grants_the_lease(cluster, TTL)
+
+
+def test_a_frozen_grantee_is_taken_over_within_a_ttl_and_never_leads_after_sigcont(
+    cluster: list[Daemon],
+) -> None:
+    switchover.frozen_grantee_is_taken_over(cluster, TTL, RETRY)
 
 
 def test_sigkill_leader_is_replaced_within_ttl_plus_retry(cluster: list[Daemon]) -> None:
