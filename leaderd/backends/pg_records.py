@@ -135,6 +135,12 @@ ended AS (
     WHERE h.election = {e} AND h.term = r.term AND h.ended_at IS NULL
     RETURNING 1
 )"""
+# A releasing process no longer asks for the lease: no later release may grant it back.
+WITHDRAWN = """
+withdrawn AS (
+    UPDATE {m} SET campaigning = false WHERE election = {e} AND node_id = {n} AND instance = {i}
+    RETURNING 1
+)"""
 # A release's grant (docs/algorithm.md, "One-write hand-over"): ``released`` is its RETURNING
 # (new_term, holder, instance, address; holder NULL when nobody was granted the lease).
 GRANTED = "granted AS (SELECT * FROM released WHERE holder IS NOT NULL), " + _opened(

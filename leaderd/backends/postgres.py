@@ -124,7 +124,7 @@ WITH successor AS MATERIALIZED (
     WHERE l.election = $1 AND l.holder = $2 AND l.instance = $3 AND l.term = $4
     RETURNING l.election, $4::bigint AS term, l.term AS new_term, l.holder, l.instance,
         l.address, {version_sql("l")} AS version, s.ttl, s.heard_at
-), {records.RELEASED}, {records.GRANTED}
+), {records.RELEASED}, {records.GRANTED}, {records.WITHDRAWN}
 SELECT pg_notify($5, new_term || ' granted ' || json_build_object('election', election,
            'holder', holder, 'instance', instance, 'address', address, 'version', version,
            'ttl', ttl, 'heard_at', heard_at, 'acquired_at', now())::text)::text,
@@ -149,7 +149,7 @@ class PostgresLeaseBackend(Backend):
         self._sql_acquire = _ACQUIRE.format(**names, **_ACQUIRE_ARGS)
         self._sql_observe = _OBSERVE.format(**names, e="$1")
         self._sql_observe_heard = _OBSERVE_HEARD.format(**names, **_OBSERVE_ARGS)
-        self._sql_release = _RELEASE.format(**names, e="$1", reason="$8")
+        self._sql_release = _RELEASE.format(**names, e="$1", n="$2", i="$3", reason="$8")
         self._sql_history = records.HISTORY.format(**names)
         self._listener = Listener(settings, notify_channel(settings.table))
         self._pool = _Pool(settings, size=4)

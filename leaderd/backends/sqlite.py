@@ -241,6 +241,7 @@ class SQLiteBackend(Backend):
         granted = grant and sqlite_grant.grant(db, self.table, params)
         if granted or db.execute(RELEASE.format(table=self.table), params).rowcount > 0:
             records.released(db, self.table, params, reason)
+        records.withdrawn(db, self.table, params)
         db.execute("COMMIT")
 
     async def history(self, election: str, limit: int) -> list[Tenure]:

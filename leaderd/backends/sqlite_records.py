@@ -64,6 +64,10 @@ _PRUNE = f"""
 DELETE FROM {{table}}_members
 WHERE election = :election AND (boot_id != :boot_id
     OR heard_boottime + ttl * {PRUNE_AFTER_TTLS} < :now)"""
+# A releasing process no longer asks for the lease: no later release may grant it back.
+_WITHDRAWN = """
+UPDATE {table}_members SET campaigning = 0
+WHERE election = :election AND node_id = :holder AND instance = :instance"""
 _MEMBERS = """
 SELECT node_id, instance, address, version, ttl, heard_at, boot_id, heard_boottime
 FROM {table}_members WHERE election = ? ORDER BY node_id, instance"""
@@ -169,6 +173,11 @@ def lost(db: sqlite3.Connection, table: str, election: str, me: Candidate, lost_
 def released(db: sqlite3.Connection, table: str, params: dict[str, Any], reason: EndReason) -> None:
     """End the released term's record; ``params``: election, term, wall."""
     db.execute(_RELEASED.format(table=table), {**params, "reason": reason.value})
+
+
+def withdrawn(db: sqlite3.Connection, table: str, params: dict[str, Any]) -> None:
+    """The releasing process (``params``: election, holder, instance) stops campaigning."""
+    db.execute(_WITHDRAWN.format(table=table), params)
 
 
 def history(db: sqlite3.Connection, table: str, election: str, limit: int) -> list[Tenure]:

@@ -154,3 +154,15 @@ async def test_members_of_an_older_leaderd_gain_the_campaigning_column(
     with sqlite3.connect(tmp_path / "lease.db") as db:
         rows = db.execute("SELECT node_id, campaigning FROM leaderd_lease_members").fetchall()
     assert rows == [(A.node_id, 1)]
+
+
+async def test_a_leader_that_released_is_not_granted_the_lease_back(opened: Opener) -> None:
+    """A's renewals said it campaigned; once it released (stopping), the next leader's
+    release must not hand the lease back to it (the podman stop of both containers)."""
+    a, b = await opened(), await opened()
+    held = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
+    await b.acquire_or_renew(E, B, ttl=TTL, timeout=5)
+    await a.release(E, A, held.term, grant=True)
+    await b.release(E, B, held.term + 1, grant=True)
+    seen = await b.observe(E)
+    assert seen.holder is None and seen.term == held.term + 1

@@ -89,3 +89,16 @@ async def test_members_of_an_older_leaderd_gain_the_campaigning_column(pg_server
         assert (await a.acquire_or_renew(e, A, ttl=TTL, timeout=5)).held_by(A)
     async with admin(pg_server) as conn:
         assert await conn.fetchval(f"SELECT bool_and(campaigning) FROM {table}_members") is True
+
+
+async def test_a_leader_that_released_is_not_granted_the_lease_back(pg_server: PgServer) -> None:
+    """A's renewals said it campaigned; once it released (stopping), the next leader's
+    release must not hand the lease back to it."""
+    u, e = pg_server.dsn(table=unique("t")), unique()
+    async with opened(u, e) as a, opened(u, e) as b:
+        held = await a.acquire_or_renew(e, A, ttl=TTL, timeout=5)
+        await b.acquire_or_renew(e, B, ttl=TTL, timeout=5)
+        await a.release(e, A, held.term, grant=True)
+        await b.release(e, B, held.term + 1, grant=True)
+        seen = await b.observe(e)
+        assert seen.holder is None and seen.term == held.term + 1
