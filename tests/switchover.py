@@ -79,6 +79,9 @@ def fails_over_after_one_ttl_when_the_chosen_standby_is_stopped(
             code, _ = leader.post(f"/resign?to={chosen.node_id}")
             assert code == 200
             new = the_leader([leader, third], timeout=ttl * 4)
+            # The referee polls on its own thread: let it see the new term too.
+            new_term = lambda: any(c.term > before for c in referee.claims)  # noqa: E731
+            wait_for(new_term, timeout=ttl, what="the referee seeing the new leader")
         first = min((c for c in referee.claims if c.term > before), key=lambda c: c.sent)
         # The reservation kept everyone out for one ttl (less the clock-rate bound).
         assert first.received - asked >= ttl * 0.9, first
