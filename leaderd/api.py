@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import importlib.resources
 import socket
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -20,7 +19,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from . import jsonio, params
+from . import jsonio, package_files, params
 from .connections import Connection, Connections, Site, factory
 from .engine import Election
 from .history import DEFAULT_LIMIT, MAX_LIMIT
@@ -208,8 +207,7 @@ class _Api:
         self.read_only = read_only
         self.closing = asyncio.Event()
         self._polls: set[asyncio.Task[Any]] = set()
-        spec = importlib.resources.files("leaderd").joinpath("openapi.json")
-        self.openapi_body = spec.read_bytes()
+        self.openapi_body = package_files.read_bytes("openapi.json")
 
     async def on_shutdown(self, app: web.Application) -> None:
         # Long polls answer and streams end now, instead of holding up the shutdown.

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from . import __version__, early_signals
+from . import __version__, early_signals, memory
 from .api import build_app, serve
 from .backends import Backend, BackendFatal, BackendUnavailable, Candidate, backend_from_url
 from .config import Config
@@ -136,6 +136,7 @@ class Daemon:
             self._ready_sent = True
             self.notifier.ready(node.summary())
             log.info("ready: %s", node.summary(), extra=extra(Event.READY))
+            asyncio.get_running_loop().call_soon(memory.trim)  # start-up's garbage, once
         elif self.notifier.enabled:
             self.notifier.status(node.summary())
 

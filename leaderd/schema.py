@@ -10,19 +10,19 @@ TOML) can use the same file.
 from __future__ import annotations
 
 import functools
-import importlib.resources
 import json
 import re
 from collections.abc import Iterable
 from typing import Any
+
+from . import package_files
 
 _SIMPLE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 @functools.cache
 def schema() -> dict[str, Any]:
-    text = importlib.resources.files("leaderd").joinpath("config.schema.json").read_text()
-    loaded: dict[str, Any] = json.loads(text)
+    loaded: dict[str, Any] = json.loads(package_files.read_bytes("config.schema.json"))
     return loaded
 
 

@@ -48,3 +48,26 @@ def test_aiohttp_loads_no_ca_and_the_environment_is_put_back(set_by_user: bool) 
     assert seen["aiohttp"] == 0
     assert seen["later"] > 0
     assert seen["env"] == (bundle if set_by_user else None)
+
+
+FROZENLIST = """
+import json, os
+from leaderd import lean_imports
+lean_imports.import_aiohttp()
+import frozenlist
+maps = open("/proc/self/maps").read()
+print(json.dumps({
+    "pure": frozenlist.FrozenList is frozenlist.PyFrozenList,
+    "libstdcxx": "libstdc++" in maps,
+    "env": os.environ.get("FROZENLIST_NO_EXTENSIONS"),
+}))
+"""
+
+
+def test_aiohttp_comes_without_the_cxx_frozenlist_and_the_environment_is_put_back() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "FROZENLIST_NO_EXTENSIONS"}
+    env["PYTHONPATH"] = str(REPO)
+    out = subprocess.run(
+        [sys.executable, "-c", FROZENLIST], env=env, capture_output=True, text=True, check=True
+    )
+    assert json.loads(out.stdout) == {"pure": True, "libstdcxx": False, "env": None}
