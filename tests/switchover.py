@@ -104,23 +104,27 @@ def sigterm_grants_the_lease(daemons: Sequence[Daemon], ttl: float) -> None:
     wait_for(lambda: history(new, 2) == told, timeout=ttl, what="the grant's history")
 
 
-def frozen_grantee_is_taken_over(daemons: Sequence[Daemon], ttl: float, retry: float) -> None:
+def frozen_grantee_is_taken_over(
+    daemons: Sequence[Daemon], ttl: float, settle: float, within: float, end_reason: str
+) -> None:
     """The release grants the lease to the only campaigning standby, frozen just after a
-    heartbeat: the other standby (cooling down meanwhile) takes over once the grant's lease
-    lapsed and its version stood still for one ttl; the thawed grantee follows."""
+    heartbeat: once the grant's lease is gone, the other standby (cooling down meanwhile)
+    takes over with term + 2 ``within`` seconds; the thawed grantee follows. ``settle``:
+    how long the cooling-down standby's next heartbeat takes to say it no longer asks."""
     leader = the_leader(daemons, timeout=ttl * 3)
     before = term_of(leader)
     grantee, other = [d for d in daemons if d is not leader]
     assert other.post(f"/resign?cooldown={ttl}")[0] == 200  # not campaigning for one ttl
-    time.sleep(2 * retry)  # its next heartbeat says so
-    grantee.signal(signal.SIGSTOP)
-    t0 = time.monotonic()
-    leader.signal(signal.SIGTERM)
-    assert leader.wait() == 0
-    assert the_leader([other], timeout=3 * ttl + 1) is other
-    print(f"\nfrozen grantee taken over after {time.monotonic() - t0:.2f}s")
-    assert term_of(other) == before + 2  # the grant's term was grantee's
-    grantee.signal(signal.SIGCONT)
-    only_leader_for(other, [grantee])
-    told = (before + 1, grantee.node_id, "taken over after expiry")
+    time.sleep(settle)
+    with Referee(daemons):
+        grantee.signal(signal.SIGSTOP)
+        t0 = time.monotonic()
+        leader.signal(signal.SIGTERM)
+        assert leader.wait() == 0
+        assert the_leader([other], timeout=within) is other
+        print(f"\nfrozen grantee taken over after {time.monotonic() - t0:.2f}s")
+        assert term_of(other) == before + 2  # the grant's term was grantee's
+        grantee.signal(signal.SIGCONT)
+        only_leader_for(other, [grantee])
+    told = (before + 1, grantee.node_id, end_reason)
     wait_for(lambda: history(other, 2)[1:] == [told], timeout=ttl, what="the history")

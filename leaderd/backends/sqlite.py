@@ -280,8 +280,8 @@ class SQLiteBackend(Backend):
         async with self._request("read", max(deadline - boottime(), 0.001)) as run:
             row, now, heard = await run(self._look_granted, election, me)
         lease = self._lease(election, row, now)
-        if me is None or heard is None or not lease.held_by(me) or not lease.expires_in:
-            return lease, None  # not a grant naming a heartbeat of ours: a round tells
+        if heard is None or not lease.expires_in:
+            return lease, None  # not a live grant naming a heartbeat of ours: a round tells
         return lease, Grant(replace(lease, expires_in=heard.lasts), heard.heard_at)
 
     def _look_granted(
@@ -289,8 +289,7 @@ class SQLiteBackend(Backend):
     ) -> tuple[_Row | None, float, sqlite_grant.Heartbeat | None]:
         db.execute("BEGIN")  # one snapshot: the lease row and the heartbeat it names
         row, now, _ = self._look(db, election, False)
-        mine = me is not None and row is not None and (row[0], row[1]) == (me.node_id, me.instance)
-        heard = sqlite_grant.heartbeat(db, self.table, election, me) if me and mine else None
+        heard = None if me is None else sqlite_grant.heartbeat(db, self.table, election, me)
         db.execute("COMMIT")
         return row, now, heard
 

@@ -175,6 +175,17 @@ def released(db: sqlite3.Connection, table: str, params: dict[str, Any], reason:
     db.execute(_RELEASED.format(table=table), {**params, "reason": reason.value})
 
 
+def granted(
+    db: sqlite3.Connection, table: str, params: dict[str, Any], to: Candidate, term: int
+) -> None:
+    """A release granted ``term`` to ``to``: begin its record (the released one is ended by
+    ``released``) and keep the newest few; ``params``: election, wall."""
+    values = {"election": params["election"], "term": term, "wall": params["wall"],
+              "holder": to.node_id, "instance": to.instance, "address": to.address}  # fmt: skip
+    db.execute(_BEGIN.format(table=table), values)
+    db.execute(_RETAIN.format(table=table), values)
+
+
 def withdrawn(db: sqlite3.Connection, table: str, params: dict[str, Any]) -> None:
     """The releasing process (``params``: election, holder, instance) stops campaigning."""
     db.execute(_WITHDRAWN.format(table=table), params)
@@ -197,14 +208,3 @@ def when(text: str | None) -> dt.datetime | None:
     if not text:
         return None
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def granted(
-    db: sqlite3.Connection, table: str, params: dict[str, Any], to: Candidate, term: int
-) -> None:
-    """A release granted ``term`` to ``to``: begin its record (the released one is ended by
-    ``released``) and keep the newest few; ``params``: election, wall."""
-    values = {"election": params["election"], "term": term, "wall": params["wall"],
-              "holder": to.node_id, "instance": to.instance, "address": to.address}  # fmt: skip
-    db.execute(_BEGIN.format(table=table), values)
-    db.execute(_RETAIN.format(table=table), values)

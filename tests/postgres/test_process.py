@@ -220,4 +220,6 @@ def test_a_frozen_grantee_is_taken_over_within_a_ttl_and_never_leads_after_sigco
     pg: PgServer,
 ) -> None:
     with lease_cluster(pg) as daemons:
-        switchover.frozen_grantee_is_taken_over(daemons, TTL, RETRY)
+        switchover.frozen_grantee_is_taken_over(
+            daemons, TTL, 2 * RETRY, 3 * TTL + 1, "taken over after expiry"
+        )
