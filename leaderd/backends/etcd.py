@@ -83,6 +83,8 @@ class EtcdBackend(Backend):
         self._prefix = settings.prefix
         self._states: dict[str, _State] = {}
         self._answered: dict[str, int] = {}  # revision of the last answer, by election
+        self._named: dict[str, tuple[str, str, int] | None] = {}  # the holder it named
+        self._news: set[str] = set()  # a watch event named another holder since that answer
         self._answers = itertools.count(1)
         self._spares: dict[str, _Spare] = {}  # never revoked: an unused lease ends by itself
         self._watch = PrefixWatch(self._etcd, self._prefix, self._on_event)
@@ -145,6 +147,11 @@ class EtcdBackend(Backend):
         ask = _Ask(election, candidate, ttl, min_term, give_up, lost_term, True, self._heard_at())
         self._me[election] = candidate
         state, fresh = self._states.get(election), False
+        news = election in self._news and not lost_term  # a lost term is recorded by a read
+        if news and state is not None and _theirs(state, candidate):
+            # etcd committed what the watch event says: name that holder now, without a
+            # request; the next round reads (and heartbeats) as usual.
+            return self._answer(election, state, None)
         for _ in range(3):
             # Another holder (or nothing known) is always read again; a key a watch event said
             # was freed, or our own, go straight to their transaction or keepalive.
@@ -206,7 +213,10 @@ class EtcdBackend(Backend):
         await self._watch.wait(election, self._answered.get(election, 0), timeout)
         # Told once: a wake-up that no successful request follows (etcd down) is not news again.
         self._answered[election] = max(self._answered.get(election, 0), self._watch.heard(election))
-        return self._granted(election)
+        grant = self._granted(election)
+        if grant is None:
+            self._note_news(election)
+        return grant
 
     async def close(self) -> None:
         # Spares are left to expire: a revoke now would compete with a successor's transaction.
@@ -274,6 +284,14 @@ class EtcdBackend(Backend):
             return None
         del self._spares[election]  # it is our lease now
         return Grant(self._answer(election, state, float(spare.ttl)), spare.kept_in)
+
+    def _note_news(self, election: str) -> None:
+        """The watch named a holder other than us and other than the last answer's."""
+        state, me = self._states.get(election), self._me.get(election)
+        if state is None or me is None or state.holder is None or _mine(state, me):
+            return
+        if _named(state.holder) != self._named.get(election):
+            self._news.add(election)
 
     # ---- acquire, renew, and the spare lease ---------------------------------------------
 
@@ -501,6 +519,8 @@ class EtcdBackend(Backend):
     ) -> Lease:
         self._answered[election] = max(self._answered.get(election, 0), state.revision)
         holder, members = state.holder, self._members.get(election, ())
+        self._news.discard(election)
+        self._named[election] = None if holder is None else _named(holder)
         if holder is None:
             to = state.reserved.node_id if reserved_in > 0 else ""
             return Lease(election, None, "", state.term, None, None, reserved_for=to,
@@ -561,6 +581,14 @@ def _kept_in(ask: _Ask) -> dt.datetime:
 
 async def _nothing() -> int:
     return 0  # no keepalive was needed
+
+
+def _theirs(state: _State, me: Candidate) -> bool:
+    return state.holder is not None and not _mine(state, me)
+
+
+def _named(holder: _Holder) -> tuple[str, str, int]:
+    return holder.node_id, holder.instance, holder.term
 
 
 def _mine(state: _State, me: Candidate) -> bool:

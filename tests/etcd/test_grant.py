@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from leaderd.backends import Backend, Candidate, backend_from_url
+from leaderd.backends import Backend, BackendError, Candidate, backend_from_url
 from tests.etcd.cluster import EtcdCluster
 from tests.grants import heard, wait_grant
 
@@ -81,6 +81,37 @@ async def test_a_release_grants_the_freshest_candidate_the_next_term(cluster: Cl
         (held.term + 1, B.node_id, None),
         (held.term, A.node_id, "released"),
     ]
+
+
+async def test_a_follower_names_the_successor_from_the_watch_event_then_reads_again(
+    cluster: Cluster,
+) -> None:
+    """The standby that was not granted hears of the grant by its watch and names the new
+    holder in its next round without a request: it answers with every etcd member frozen.
+    Once: the round after reads again, and fails while etcd cannot answer (rule 5)."""
+    a, b, c = await cluster.open(), await cluster.open(), await cluster.open()
+    held = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
+    await stand(c, C)
+    await stand(b, B)
+    await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)  # the leader reads the offers
+    waiting = asyncio.create_task(c.wait_for_change(E, 3.0))
+    await asyncio.sleep(0.1)
+    await a.release(E, A, held.term, grant=True, ttl=TTL)
+    assert await waiting is None  # a change, not a grant: B is the freshest
+    await wait_grant(b, E)
+    members = cluster.etcd.members
+    for member in members:
+        cluster.etcd.pause(member)
+    try:
+        async with asyncio.timeout(1):
+            named = await c.acquire_or_renew(E, C, ttl=TTL, timeout=2)
+        assert named.holder == B.node_id and named.term == held.term + 1
+        with pytest.raises((BackendError, TimeoutError)):
+            async with asyncio.timeout(2):
+                await c.acquire_or_renew(E, C, ttl=TTL, timeout=1)
+    finally:
+        for member in members:
+            cluster.etcd.resume(member)
 
 
 async def test_a_released_grant_frees_the_lease_and_terms_go_on(cluster: Cluster) -> None:
