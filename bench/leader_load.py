@@ -25,7 +25,7 @@ from .common import (
     split,
 )
 
-MIN_RPS = 5000.0
+MIN_RPS = 30000.0  # issue 12: on one core (the daemon is one thread)
 MAX_P99 = 0.002
 
 
@@ -84,7 +84,7 @@ async def measure(
                 f"/leader {row['connections']} conns: req/s",
                 row["rps"],
                 "req/s",
-                ">= 5,000 & p99 < 2 ms",
+                f">= {MIN_RPS:,.0f} & p99 < {MAX_P99 * 1e3:g} ms",
                 met,
                 note=(
                     f"p50 {row['p50'] * 1e3:.2f} ms, p99 {row['p99'] * 1e3:.2f} ms; "

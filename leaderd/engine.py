@@ -423,8 +423,11 @@ class Election:
         finally:
             for task in tasks:
                 task.cancel()
-            # The backend call must be over before the next one starts (one call per election).
-            await asyncio.gather(*tasks, return_exceptions=True)
+            # The backend call must be over before the next one starts (one call per election);
+            # the poke's waiter may end after: awaiting it would delay a grant by loop turns.
+            calls = [task for task in tasks if task is not poke and not task.done()]
+            if calls:
+                await asyncio.gather(*calls, return_exceptions=True)
 
     # ---- publishing ----
 
