@@ -6,17 +6,25 @@ the election. The figure is the time from just before the resign is sent until t
 last of the N answers has arrived at the client (one monotonic clock for both
 processes). RSS (VmRSS) is read idle, after a settle, and with the largest number of
 watchers connected. The bench raises RLIMIT_NOFILE to the hard limit; the daemon inherits
-it (leaderd does not raise its own, see docs/benchmarks.md).
+it (leaderd does not raise its own, see docs/benchmarks.md). The same trials then run
+against bench/floor_server.py, a bare aiohttp long poll: the floor this machine and aiohttp
+set, and what leaderd's own code adds to it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import resource
+import shutil
+import sys
 import time
-from typing import Any
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-from tests.daemons import Daemon
+from tests.daemons import REPO, short_tempdir
 
 from .common import (
     DEFAULT_TIMING,
@@ -48,7 +56,42 @@ def nofile_limit(pid: int) -> int:
     raise RuntimeError(f"no open-file limit for {pid}")
 
 
-async def one_trial(daemon: Daemon, clients: int, processes: int) -> dict[str, Any]:
+class Served(Protocol):
+    """A process serving the trial's routes on a Unix socket: a daemon, or the floor."""
+
+    @property
+    def socket(self) -> str: ...
+
+    @property
+    def pid(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class FloorServer:
+    socket: str
+    pid: int
+
+
+@contextlib.asynccontextmanager
+async def floor_server() -> AsyncIterator[FloorServer]:
+    """bench/floor_server.py: a bare aiohttp long poll, timed with the same load generator."""
+    workdir = short_tempdir("ldf-")
+    path = os.path.join(workdir, "floor.sock")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.floor_server", "--socket", path, cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        await asyncio.wait_for(proc.stdout.readline(), 30)  # "ready"
+        yield FloorServer(path, proc.pid)
+    finally:
+        proc.kill()
+        await proc.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def one_trial(daemon: Served, clients: int, processes: int) -> dict[str, Any]:
     """Open ``clients`` long polls, resign, time the answers; the leader is back after."""
     status = await get_json(daemon.socket, "/leader")
     args = ["watch", "--socket", daemon.socket, "--revision", str(status["revision"])]
@@ -85,7 +128,7 @@ async def one_trial(daemon: Daemon, clients: int, processes: int) -> dict[str, A
     }
 
 
-async def _watchers_at_least(daemon: Daemon, n: int) -> bool:
+async def _watchers_at_least(daemon: Served, n: int) -> bool:
     return (await metric_sums(daemon.socket)).get("leaderd_watchers", 0) >= n
 
 
@@ -137,13 +180,39 @@ async def measure(
                 await group.settled()
             data["sizes"][size] = runs
             figures += _figures(size, runs)
+    measured = [size for size in sizes if size in data["sizes"]]
+    data["floor"] = floors = {}
+    async with floor_server() as floor:
+        for size in measured:
+            floors[size] = [await one_trial(floor, size, processes) for _ in range(trials)]
+            figures.append(_floor_figure(size, floors[size], data["sizes"][size]))
     return figures, data
 
 
-def _figures(size: int, runs: list[dict[str, Any]]) -> list[Figure]:
+def _floor_figure(size: int, floors: list[dict[str, Any]], runs: list[dict[str, Any]]) -> Figure:
+    """The bare aiohttp long poll's worst, and what leaderd adds to it."""
+    worst, ours = _worst(floors), _worst(runs)
+    added = f"; leaderd adds {ms(ours - worst):.0f} ms" if worst and ours else ""
+    cpu = max(r["daemon_cpu_seconds"] for r in floors)
+    return Figure(
+        "watch",
+        "aiohttp",
+        f"floor: {size:,} bare aiohttp long polls",
+        ms(worst) if worst is not None else None,
+        "ms",
+        note=f"worst of {len(floors)}; server CPU <= {ms(cpu):.0f} ms{added}",
+    )
+
+
+def _worst(runs: list[dict[str, Any]]) -> float | None:
+    """The slowest trial's time until all were answered; None if one was not complete."""
     times = [r["all_answered"] for r in runs]
-    complete = [t for t in times if t is not None]
-    worst = max(complete) if len(complete) == len(times) else None
+    return max(times) if times and None not in times else None
+
+
+def _figures(size: int, runs: list[dict[str, Any]]) -> list[Figure]:
+    complete = [r["all_answered"] for r in runs if r["all_answered"] is not None]
+    worst = _worst(runs)
     target = TARGETS.get(size)
     cpu = max(max(r["client_cpu_seconds"]) for r in runs)
     figures = [
