@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -274,6 +274,16 @@ class LoadGen:
             code = await self.proc.wait()
             raise RuntimeError(f"load generator exited ({code}) without an answer")
         return orjson.loads(line)
+
+
+class Served(Protocol):
+    """A process serving leaderd's routes on a Unix socket: a daemon, or a floor server."""
+
+    @property
+    def socket(self) -> str: ...
+
+    @property
+    def pid(self) -> int: ...
 
 
 # ---- clusters of real daemons ----

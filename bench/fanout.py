@@ -14,21 +14,15 @@ set, and what leaderd's own code adds to it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import resource
-import shutil
-import sys
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from tests.daemons import REPO, short_tempdir
-
+from . import floor_server
 from .common import (
     DEFAULT_TIMING,
     Figure,
+    Served,
     cluster,
     cpu_seconds,
     get_json,
@@ -54,41 +48,6 @@ def nofile_limit(pid: int) -> int:
             if line.startswith("Max open files"):
                 return int(line.split()[3])
     raise RuntimeError(f"no open-file limit for {pid}")
-
-
-class Served(Protocol):
-    """A process serving the trial's routes on a Unix socket: a daemon, or the floor."""
-
-    @property
-    def socket(self) -> str: ...
-
-    @property
-    def pid(self) -> int: ...
-
-
-@dataclass(frozen=True)
-class FloorServer:
-    socket: str
-    pid: int
-
-
-@contextlib.asynccontextmanager
-async def floor_server() -> AsyncIterator[FloorServer]:
-    """bench/floor_server.py: a bare aiohttp long poll, timed with the same load generator."""
-    workdir = short_tempdir("ldf-")
-    path = os.path.join(workdir, "floor.sock")
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "bench.floor_server", "--socket", path, cwd=REPO,
-        stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        await asyncio.wait_for(proc.stdout.readline(), 30)  # "ready"
-        yield FloorServer(path, proc.pid)
-    finally:
-        proc.kill()
-        await proc.wait()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 async def one_trial(daemon: Served, clients: int, processes: int) -> dict[str, Any]:
@@ -182,7 +141,7 @@ async def measure(
             figures += _figures(size, runs)
     measured = [size for size in sizes if size in data["sizes"]]
     data["floor"] = floors = {}
-    async with floor_server() as floor:
+    async with floor_server.running() as floor:
         for size in measured:
             floors[size] = [await one_trial(floor, size, processes) for _ in range(trials)]
             figures.append(_floor_figure(size, floors[size], data["sizes"][size]))

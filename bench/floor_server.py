@@ -1,23 +1,31 @@
-"""The floor of the /watch fan-out: the least an aiohttp long poll costs on this machine.
+"""The floor of the API figures: the least an aiohttp answer costs on this machine.
 
-``python -m bench.floor_server --socket PATH`` serves, on uvloop, the three routes the
-fan-out trial uses, with nothing of leaderd behind them: ``GET /watch`` waits for one
-shared future and answers a fixed JSON body as large as a leaderd status; ``POST /resign``
-resolves that future; ``GET /metrics`` counts the waiters as ``leaderd_watchers`` and
-``GET /leader`` names revision 0. bench/fanout.py times it with the same load generator as
-the daemon: the difference is what leaderd's own code adds.
+``python -m bench.floor_server --socket PATH`` serves, on uvloop, the routes the /leader
+and /watch trials use, with nothing of leaderd behind them: ``GET /leader`` answers a fixed
+JSON body as large as a leaderd status (revision 0); ``GET /watch`` waits for one shared
+future and answers that body; ``POST /resign`` resolves the future; ``GET /metrics`` counts
+the waiters as ``leaderd_watchers``. bench/leader_load.py and bench/fanout.py time it with
+the same load generators as the daemon: the difference is what leaderd's own code adds.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
+import shutil
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import uvloop
 from aiohttp import web
 
+from tests.daemons import REPO, short_tempdir
+
 # About the size of a leaderd status (a follower naming its leader, lease and members).
-BODY = b'{"election":"default","revision":2,"role":"follower","is_leader":false,' + (
+BODY = b'{"election":"default","revision":0,"role":"follower","is_leader":false,' + (
     b'"leader":{"node_id":"node-a","address":"10.0.0.1:8080"},"term":7,"pad":"' + b"x" * 240 + b'"}'
 )
 
@@ -44,7 +52,7 @@ class Floor:
         return web.Response(text=f"leaderd_watchers {self.waiting}\n")
 
     async def leader(self, request: web.Request) -> web.Response:
-        return web.Response(body=b'{"revision":0}', content_type="application/json")
+        return web.Response(body=BODY, content_type="application/json")
 
 
 async def serve(path: str) -> None:
@@ -59,6 +67,31 @@ async def serve(path: str) -> None:
     await web.UnixSite(runner, path, backlog=1024).start()
     print("ready", flush=True)
     await asyncio.Event().wait()
+
+
+@dataclass(frozen=True)
+class FloorServer:
+    socket: str
+    pid: int
+
+
+@contextlib.asynccontextmanager
+async def running() -> AsyncIterator[FloorServer]:
+    """This server in a process of its own, until the block ends."""
+    workdir = short_tempdir("ldf-")
+    path = os.path.join(workdir, "floor.sock")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.floor_server", "--socket", path, cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        await asyncio.wait_for(proc.stdout.readline(), 30)  # "ready"
+        yield FloorServer(path, proc.pid)
+    finally:
+        proc.kill()
+        await proc.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main() -> None:

@@ -4,7 +4,9 @@ One daemon (default timing). For each concurrency level, load-generator processe
 (bench/loadgen.py) keep that many keep-alive connections busy, one request in flight
 each. The daemon's CPU and its backend request count are read before and after the
 measured window: the API must not query the backend per request (DESIGN §3), so the
-count may only grow by the renewals that fall in the window.
+count may only grow by the renewals that fall in the window. The highest level then runs
+against bench/floor_server.py, a bare aiohttp answer of the same size: the floor this
+machine and aiohttp set.
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tests.daemons import Daemon
-
+from . import floor_server
 from .common import (
     DEFAULT_TIMING,
     Figure,
+    Served,
     backend_requests,
     cluster,
     cpu_seconds,
@@ -30,7 +32,7 @@ MAX_P99 = 0.002
 
 
 async def one_level(
-    daemon: Daemon, connections: int, processes: int, duration: float
+    daemon: Served, connections: int, processes: int, duration: float
 ) -> dict[str, Any]:
     args = ["leader", "--socket", daemon.socket, "--duration", str(duration)]
     argvs = [[*args, "--connections", str(n)] for n in split(connections, processes)]
@@ -72,6 +74,9 @@ async def measure(
         await group.settled()
         for connections in levels:
             rows.append(await one_level(daemon, connections, processes, duration))
+    async with floor_server.running() as floor:
+        top = max(levels)
+        floor_row = await one_level(floor, top, processes, duration)
     figures = []
     renewals = duration / DEFAULT_TIMING.renew_interval + 1
     for row in rows:
@@ -106,4 +111,20 @@ async def measure(
             note=f"{total_queries:g} backend requests (renewals) during {total_requests:,} GETs",
         )
     )
-    return figures, {"levels": rows, "timing": dataclasses.asdict(DEFAULT_TIMING)}
+    figures.append(_floor_figure(floor_row))
+    data = {"levels": rows, "floor": floor_row, "timing": dataclasses.asdict(DEFAULT_TIMING)}
+    return figures, data
+
+
+def _floor_figure(row: dict[str, Any]) -> Figure:
+    return Figure(
+        "leader",
+        "aiohttp",
+        f"floor: bare aiohttp at {row['connections']} conns",
+        row["rps"],
+        "req/s",
+        note=(
+            f"p50 {row['p50'] * 1e3:.2f} ms, p99 {row['p99'] * 1e3:.2f} ms; "
+            f"CPU server {row['daemon_cpu'] * 100:.0f}%"
+        ),
+    )
