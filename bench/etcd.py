@@ -272,6 +272,7 @@ def figures(data: dict[str, Any]) -> list[Figure]:
     """Each leaderd figure right under etcd's own, judged against it."""
     where = f"etcd x3{'' if data['fsync'] else ' (no fsync)'}"
     g, ours = data["etcdctl_graceful"], data["leaderd_graceful"]["first"]
+    agree = data["leaderd_graceful"]["all"]
     c, ours_c = data["etcd_crash"], data["leaderd_crash"]["first"]
     rows = [
         Figure("etcd", where, "etcdctl elect graceful handover p50", ms(g["p50"]), "ms",
@@ -283,6 +284,8 @@ def figures(data: dict[str, Any]) -> list[Figure]:
         Figure("etcd", where, "  leaderd graceful handover p99", ms(ours["p99"]), "ms",
                f"<= {ms(g['p99']):.1f} ms", judge(ours["p99"], g["p99"]),
                note=f"max {ms(ours['max']):.1f} ms"),
+        Figure("etcd", where, "    all followers agree p50/p99", ms(agree["p50"]), "ms",
+               note=f"p99 {ms(agree['p99']):.1f} ms"),
         Figure("etcd", where, "etcd lease crash failover p50", ms(c["p50"]), "ms",
                note=f"n={c['n']}; v3election Campaign, {LEASE_TTL} s lease, SIGKILL"),
         Figure("etcd", where, "  leaderd crash failover p50", ms(ours_c["p50"]), "ms",
