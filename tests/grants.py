@@ -25,3 +25,15 @@ async def wait_grant(backend: Backend, election: str) -> Grant:
             grant = await backend.wait_for_change(election, 1.0)
             if grant is not None:
                 return grant
+
+
+async def not_granted_back(a: Backend, b: Backend, election: str, ttl: float) -> None:
+    """A's renewals said it campaigned; once it released (stopping), the next leader's
+    release must not hand the lease back to it (the podman stop of both containers)."""
+    first, second = Candidate("node-a", "10.0.0.1:80"), Candidate("node-b", "10.0.0.2:80")
+    held = await a.acquire_or_renew(election, first, ttl=ttl, timeout=5)
+    await b.acquire_or_renew(election, second, ttl=ttl, timeout=5)
+    await a.release(election, first, held.term, grant=True)
+    await b.release(election, second, held.term + 1, grant=True)
+    seen = await b.observe(election)
+    assert seen.holder is None and seen.term == held.term + 1

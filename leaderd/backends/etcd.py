@@ -84,7 +84,9 @@ class EtcdBackend(Backend):
         self._states: dict[str, _State] = {}
         self._answered: dict[str, int] = {}  # revision of the last answer, by election
         self._named: dict[str, tuple[str, str, int] | None] = {}  # the holder it named
-        self._news: set[str] = set()  # a watch event named another holder since that answer
+        # A watch event that woke the engine named another holder since that answer: only
+        # the round it wakes skips the read (a cached holder alone may be a lagging event).
+        self._news: set[str] = set()
         self._answers = itertools.count(1)
         self._spares: dict[str, _Spare] = {}  # never revoked: an unused lease ends by itself
         self._watch = PrefixWatch(self._etcd, self._prefix, self._on_event)

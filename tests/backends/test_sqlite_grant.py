@@ -13,7 +13,7 @@ import pytest
 
 from leaderd.backends import Candidate
 from leaderd.backends.sqlite import SQLiteBackend
-from tests.grants import heard, wait_grant
+from tests.grants import heard, not_granted_back, wait_grant
 
 E = "default"
 A = Candidate("node-a", "10.0.0.1:80")
@@ -157,12 +157,4 @@ async def test_members_of_an_older_leaderd_gain_the_campaigning_column(
 
 
 async def test_a_leader_that_released_is_not_granted_the_lease_back(opened: Opener) -> None:
-    """A's renewals said it campaigned; once it released (stopping), the next leader's
-    release must not hand the lease back to it (the podman stop of both containers)."""
-    a, b = await opened(), await opened()
-    held = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
-    await b.acquire_or_renew(E, B, ttl=TTL, timeout=5)
-    await a.release(E, A, held.term, grant=True)
-    await b.release(E, B, held.term + 1, grant=True)
-    seen = await b.observe(E)
-    assert seen.holder is None and seen.term == held.term + 1
+    await not_granted_back(await opened(), await opened(), E, TTL)
