@@ -35,7 +35,7 @@ import orjson
 
 from .base import Backend, BackendError, BackendUnavailable, Candidate, Grant, Lease
 from .etcd_gateway import EtcdClient, EtcdError, EtcdSettings, b64, prefix_end, unb64
-from .etcd_grant import Offers, successor
+from .etcd_grant import Offers, grant_txn, successor
 from .etcd_records import Keys, MemberClock, now, tenures
 from .etcd_state import TEND as _TEND
 from .etcd_state import Holder as _Holder
@@ -244,22 +244,7 @@ class EtcdBackend(Backend):
         if offer is None:
             return False
         term, acquired_at = state.term + 1, now()
-        value = {"node_id": offer.node_id, "address": offer.address, "instance": offer.instance,
-                 "term": term, "acquired_at": acquired_at}  # fmt: skip
-        key, offered = b64(self._key(election)), b64(keys.candidate(offer.node_id, offer.instance))
-        heir = Candidate(offer.node_id, offer.address, offer.instance)
-        body = {
-            "compare": [_compare(key, "CREATE", holder.created),
-                        _compare(offered, "MOD", offer.modified)],
-            "success": [
-                {"request_put": {"key": key, "value": b64(orjson.dumps(value)),
-                                 "lease": offer.lease}},
-                {"request_put": {"key": b64(self._term_key(election)), "value": b64(str(term))}},
-                {"request_delete_range": {"key": offered}},
-                keys.released(holder.term, reason),
-                *keys.began(heir, term, acquired_at),
-            ],
-        }  # fmt: skip
+        body = grant_txn(keys, holder, offer, term, acquired_at, reason)
         try:
             answer = await self._call("/v3/kv/txn", body, _DEFAULT_TIMEOUT, "granting the lease")
         except EtcdError as exc:
@@ -567,10 +552,10 @@ class EtcdBackend(Backend):
         return Keys(f"{self._prefix}{election}/")
 
     def _key(self, election: str) -> str:
-        return f"{self._prefix}{election}/leader"
+        return self._keys(election).leader
 
     def _term_key(self, election: str) -> str:
-        return f"{self._prefix}{election}/term"
+        return self._keys(election).term
 
     def _reserved_key(self, election: str) -> str:
         return f"{self._prefix}{election}/reserved"

@@ -20,9 +20,11 @@ from typing import Any
 
 import orjson
 
-from .etcd_gateway import unb64
+from .base import Candidate
+from .etcd_gateway import b64, unb64
 from .etcd_records import Keys
-from .etcd_state import int_of
+from .etcd_state import Holder, compare, int_of
+from .records import EndReason
 
 
 @dataclass(frozen=True)
@@ -102,3 +104,27 @@ def successor(
         if offer.node_id != releaser and (seen := age(offer)) is not None and seen < within
     ]
     return min(live, key=lambda pair: pair[0])[1] if live else None
+
+
+def grant_txn(
+    keys: Keys, holder: Holder, offer: Candidacy, term: int, acquired_at: str, reason: EndReason
+) -> dict[str, Any]:
+    """The transaction of a grant: while our key is still the one we created and the offer
+    is unchanged since it was read, put the key under the offer's spare lease with ``term``,
+    move the term counter, drop the candidate key, and record our end and the heir's start."""
+    offered = b64(keys.candidate(offer.node_id, offer.instance))
+    value = {"node_id": offer.node_id, "address": offer.address, "instance": offer.instance,
+             "term": term, "acquired_at": acquired_at}  # fmt: skip
+    heir = Candidate(offer.node_id, offer.address, offer.instance)
+    return {
+        "compare": [compare(b64(keys.leader), "CREATE", holder.created),
+                    compare(offered, "MOD", offer.modified)],
+        "success": [
+            {"request_put": {"key": b64(keys.leader), "value": b64(orjson.dumps(value)),
+                             "lease": offer.lease}},
+            {"request_put": {"key": b64(keys.term), "value": b64(str(term))}},
+            {"request_delete_range": {"key": offered}},
+            keys.released(holder.term, reason),
+            *keys.began(heir, term, acquired_at),
+        ],
+    }  # fmt: skip

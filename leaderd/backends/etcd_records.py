@@ -51,6 +51,16 @@ class Keys:
     base: str  # <prefix><election>/
 
     @property
+    def leader(self) -> str:
+        """The election's key: who leads, under the leader's etcd lease."""
+        return f"{self.base}leader"
+
+    @property
+    def term(self) -> str:
+        """The term counter: the last term any node began."""
+        return f"{self.base}term"
+
+    @property
     def members(self) -> str:
         return f"{self.base}members/"
 
