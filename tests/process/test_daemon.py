@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -162,6 +163,31 @@ def test_second_sigterm_does_not_skip_the_release(workdir: str) -> None:
     d.signal(signal.SIGTERM)
     assert d.wait() == 0
     assert "released election default" in d.log()
+
+
+@pytest.mark.parametrize("stopped_by", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_leader_writes_its_whole_log_to_a_pipe_and_exits_0(
+    workdir: str, stopped_by: signal.Signals
+) -> None:
+    """The daemon ends without the interpreter's teardown (cli._exit_now): what that teardown
+    would do must still happen. Every line reaches a pipe (how systemd and kubectl read
+    stderr), the last one the exit, and the exit status is the daemon's."""
+    d = Daemon("piped", f"sqlite://{workdir}/lease.db", workdir=workdir,
+               extra_args=["--log-format", "json"])  # fmt: skip
+    proc = subprocess.Popen(d.args, stderr=subprocess.PIPE, env=d.env, start_new_session=True)
+    d.proc = proc
+    Daemon.started.append(d)
+    wait_for(d.is_leader, timeout=10, what="leadership")
+    proc.send_signal(stopped_by)
+    _, stderr = proc.communicate(timeout=15)
+    assert proc.returncode == 0, stderr.decode()
+    entries = [json.loads(line) for line in stderr.decode().splitlines()]
+    decisions = [e for e in entries if "event" in e]  # not the libraries' debug lines
+    events = [e["event"] for e in decisions]
+    assert events[-1] == "exited" and decisions[-1]["status"] == 0, decisions[-3:]
+    assert events.index("stopping") < events.index("released") < len(events) - 1
+    follower = Daemon("after", d.backend, workdir=workdir).start()
+    wait_for(follower.is_leader, timeout=TTL, what="the lease, released, to be taken at once")
 
 
 def test_status_command_exit_codes(cluster: list[Daemon], workdir: str) -> None:
