@@ -43,8 +43,14 @@ SELECT pg_is_in_recovery() AS in_recovery,
        current_setting('transaction_read_only') = 'on' AS read_only,
        CASE WHEN current_setting('synchronous_commit') IN ('off', 'local', 'remote_write')
             THEN set_config('synchronous_commit', 'on', false)
-            ELSE current_setting('synchronous_commit') END AS synchronous_commit
+            ELSE current_setting('synchronous_commit') END AS synchronous_commit,
+       pg_backend_pid() AS pid
 """
+# leaderd's statements are prepared once per session and some run once per hand-over (a
+# release, a claim): by default the server plans such a statement anew at each of its first
+# five runs, on the hand-over's path. Their generic plans are as good (lookups by key in
+# small tables). PostgreSQL 12 and later.
+_GENERIC_PLANS = "SELECT set_config('plan_cache_mode', 'force_generic_plan', false)"
 _COLUMNS = """
 SELECT array_agg(attname::text) FROM pg_attribute
 WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped
@@ -121,6 +127,22 @@ async def _prepare_writer(pg: PgSettings, conn: Any) -> None:
             f"{pg.description} is read-only (default_transaction_read_only is on): leaderd "
             "writes leases on a writable primary only; retrying"
         )
+    # Only on a session of our own: through a pooler (whose process id the connection
+    # announced instead) a session setting would outlive our transaction, for other clients.
+    if row["pid"] == conn.get_server_pid() and conn.get_server_version().major >= 12:
+        await conn.execute(_GENERIC_PLANS)
+
+
+@contextlib.asynccontextmanager
+async def rolled_back(conn: Any) -> AsyncIterator[None]:
+    """A transaction that is always rolled back: statements run in it to be planned now (a
+    generic plan, kept for the session) leave nothing behind."""
+    transaction = conn.transaction()
+    await transaction.start()
+    try:
+        yield
+    finally:
+        await transaction.rollback()
 
 
 async def ensure_table(pg: PgSettings, conn: Any, create: str, columns: Mapping[str, str]) -> None:

@@ -156,15 +156,21 @@ async def test_a_holder_whose_session_ended_renews_even_if_a_standby_got_the_loc
         assert (again.term, again.acquired_at) == (mine.term, mine.acquired_at)
 
 
+async def queued_hand_over(a: Any, b: Any, other: Any, e: str) -> int:
+    """A holds, B waits in the lock queue, A releases: B claims at once, term + 1 (its term)."""
+    mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+    waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5))
+    await blocked(other, e, 1)
+    await a.release(e, A, mine.term)
+    theirs = await asyncio.wait_for(waiter, 2)
+    assert theirs.held_by(B) and theirs.term == mine.term + 1
+    return theirs.term
+
+
 async def test_a_clean_release_needs_no_wait(pg_server: PgServer) -> None:
     u, e = url(pg_server), unique()
     async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
-        mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
-        waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5))
-        await blocked(other, e, 1)
-        await a.release(e, A, mine.term)
-        theirs = await asyncio.wait_for(waiter, 2)
-        assert theirs.held_by(B) and theirs.term == mine.term + 1
+        await queued_hand_over(a, b, other, e)
 
 
 async def test_waiters_that_lose_the_race_name_the_new_holder_at_once(
