@@ -34,7 +34,8 @@ async def plans(conn: Any, marker: str) -> tuple[int, int]:
         "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
     )
     found = [(r["generic_plans"], r["custom_plans"]) for r in rows if marker in r["statement"]]
-    assert len(found) == 1, f"{marker!r} is not prepared in this session: {rows}"
+    prepared = [" ".join(r["statement"].split())[:60] for r in rows]
+    assert len(found) == 1, f"{marker!r} is not prepared in this session, only: {prepared}"
     return found[0]
 
 
