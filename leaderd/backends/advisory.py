@@ -45,6 +45,9 @@ __all__ = ["PostgresAdvisoryBackend", "advisory_key", "session_settings"]
 _DEFAULT_TIMEOUT = 5.0
 _DEFAULT_TTL = 15.0
 _PENDING_READS = 12  # about 0.15 s of re-reads while a new holder claims its row
+# How long past its lock_timeout a lock wait may take to answer before it is given up: the
+# server's timeout, not ours, ends a quiet round, so that the session is kept.
+_LOCK_ANSWER_GRACE = 0.25
 _POOLER = (
     "the advisory backend needs a direct session to PostgreSQL, but the server process "
     "changed under it (pid {a} then {b}): a transaction-mode pooler such as PgBouncer is "
@@ -306,7 +309,9 @@ class PostgresAdvisoryBackend(Backend):
             self._check_pid(s, conn, row["pid"])
             return bool(row["granted"])
         lock = asyncio.ensure_future(conn.fetchrow(sql.LOCK, s.key, quote_literal_ms(lock_wait)))
-        news = asyncio.ensure_future(self._listener.acquired(s.election, known, lock_wait))
+        news = asyncio.ensure_future(
+            self._listener.acquired(s.election, known, lock_wait + _LOCK_ANSWER_GRACE)
+        )
         try:
             await asyncio.wait({lock, news}, return_when=asyncio.FIRST_COMPLETED)
         finally:

@@ -199,6 +199,22 @@ async def test_waiters_that_lose_the_race_name_the_new_holder_at_once(
         assert winner.term == mine.term + 1 and sw.elapsed < 1.0
 
 
+async def test_a_standby_keeps_its_lock_session_through_rounds_that_time_out(
+    pg_server: PgServer,
+) -> None:
+    """A lock wait that ends by its lock_timeout is a quiet round, not news: the session
+    stays (a new one is a new server process, and plans its statements again)."""
+    u, e = url(pg_server), unique()
+    async with opened(u, e) as a, opened(u, e) as b:
+        await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        pids = set()
+        for _ in range(5):
+            lease = await b.acquire_or_renew(e, B, ttl=15, timeout=5, wait=0.2)
+            assert lease.holder == A.node_id, lease
+            pids.add(session_pid(b, e))
+        assert len(pids) == 1, f"the standby's session changed: server pids {sorted(pids)}"
+
+
 async def test_a_cancelled_waiter_leaves_the_lock_queue(pg_server: PgServer) -> None:
     u, e = url(pg_server, application_name="leaderd-cancel-test"), unique()
     async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
