@@ -318,8 +318,13 @@ class ElectionState:
         self.on_abandoned(request)
         self.last_error = str(exc) or "request timed out"
         self.ready = True  # "unknown" is an answer: readiness never waits for the backend
-        if isinstance(exc, LeaseLost) and self.held_term is not None:
-            self.lost, self.held_term = self.last_error, None  # gone: no wait for the deadline
+        if isinstance(exc, LeaseLost):
+            self.on_lost(self.last_error)
+
+    def on_lost(self, why: str) -> None:
+        """Whatever this node held is gone (LeaseLost): no wait for the deadline."""
+        if self.held_term is not None:
+            self.lost, self.held_term = why, None
 
     def term_to_release(self) -> int | None:
         """The term the hand-over releases: one given back, held, or last seen held."""

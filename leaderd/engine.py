@@ -20,7 +20,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar
 
-from .backends.base import Backend, BackendError, Candidate, Grant, Lease
+from .backends.base import Backend, BackendError, Candidate, Grant, Lease, LeaseLost
 from .backends.records import HISTORY_RETENTION, EndReason, Member
 from .clock import Clock, SystemClock
 from .election_state import MIN_DELAY, ElectionState, Note, Request, View
@@ -36,7 +36,7 @@ log = logging.getLogger("leaderd.engine")
 # Awaited after this node stopped leading and before the lease is released.
 StepDownHook = Callable[[str], Awaitable[None]]
 
-_Wake = Literal["poke", "change"] | Grant | None
+_Wake = Literal["poke", "change"] | Grant | LeaseLost | None
 _WAKE_SPACING = 0.02  # a backend that reports changes nonstop gets at most one round per this
 _STALL_SLACK = 2.0  # how late a loop turn may be before /health reports a stall
 _HEARTBEATS_KEPT = 8  # own answered heartbeats a grant may count from (newest kept)
@@ -194,11 +194,13 @@ class Election:
             self._turn_due = wake_at + self.state.request_timeout(wake_at) + _STALL_SLACK
             woke = await self._wait(wake_at - now, follow)
             granted = self._take_grant(woke) if isinstance(woke, Grant) else None
+            if isinstance(woke, LeaseLost):
+                self._lose(woke)
             if granted is not None:
                 next_round = self._clock.now() + granted
             elif woke == "poke":
                 next_round = self._clock.now()
-            elif woke is not None:  # a change, or a grant only a round can tell about
+            elif woke is not None:  # a change, a loss, or a grant only a round can tell about
                 next_round = max(self._clock.now(), round_at + _WAKE_SPACING)
         self._turn_due = math.inf
         await self._hand_over()
@@ -261,6 +263,12 @@ class Election:
             return 0.0  # the next round releases it
         log.debug("election %s: granted term %d by the release", self.name, grant.lease.term)
         return max(MIN_DELAY, t_send + self.timing.renew_interval - now)
+
+    def _lose(self, lost: LeaseLost) -> None:
+        """A change the backend saw ended our hold (etcd deleted our key): step down now,
+        before any request; the next round asks again."""
+        self.state.on_lost(str(lost))
+        self._refresh(self._clock.now())
 
     async def _read_history(self, lease: Lease, relabeled: bool) -> None:
         """Read the history again when the holder changed since the last read (or a record
@@ -400,7 +408,8 @@ class Election:
 
     async def _wait(self, timeout: float, follow: bool) -> _Wake:
         """Sleep up to ``timeout``; say whether a poke (resign, stop) or a backend change
-        woke it early. A wait_for_change that fails is no change: sleep on, pokes only."""
+        woke it early. A wait_for_change that fails is no change: sleep on, pokes only;
+        except LeaseLost: the change ended our hold."""
         if timeout <= 0:
             return None
         poke: asyncio.Future[object] = asyncio.ensure_future(self._poke.wait())
@@ -414,9 +423,12 @@ class Election:
                     if poke in done:
                         return "poke"
                     change = done.pop()
-                    if change.exception() is None:
+                    failed = change.exception()
+                    if failed is None:
                         grant = change.result()
                         return grant if isinstance(grant, Grant) else "change"
+                    if isinstance(failed, LeaseLost):
+                        return failed
                     tasks.discard(change)
         except TimeoutError:
             return None

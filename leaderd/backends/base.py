@@ -64,8 +64,8 @@ class BackendFatal(BackendError):
 
 
 class LeaseLost(BackendFatal):
-    """Whatever this node held is gone for good (its lease file was deleted or replaced):
-    the engine steps down at once instead of waiting for its deadline."""
+    """Whatever this node held is gone for good (its lease file was deleted or replaced, or
+    etcd deleted its key): the engine steps down at once instead of waiting for its deadline."""
 
 
 def new_instance() -> str:
@@ -284,7 +284,9 @@ class Backend(abc.ABC):
         with a Grant when the change is a release that handed the lease to this process.
 
         Spurious early returns are allowed; missing a change (or a grant) only costs
-        latency, never safety. Must not raise on timeout.
+        latency, never safety. Must not raise on timeout. Raises LeaseLost when the change
+        proves that the lease the last answer gave this process is gone (etcd: its key was
+        deleted or put by another): the engine then steps down without waiting for a round.
         """
 
     @abc.abstractmethod

@@ -6,9 +6,14 @@
 * Acquire is ONE transaction: if the leader key is absent and the term key is as last read,
   put both (the leader key under a lease of ``ttl`` seconds, the term + 1).
 * Renew keeps that lease alive and reads the key at the same time: it counts only if the key
-  still exists under that lease with the create revision this holder's acquisition made.
-* Release deletes the key only if its create revision is the holder's own: a stale holder
+  still exists with the mod revision this holder's tenure began at (its acquisition, or the
+  grant that gave it the key: a grant's put keeps the create revision, so only the mod
+  revision names one tenure).
+* Release deletes the key only if its mod revision is the holder's own: a stale holder
   can never delete its successor's key.
+* A holder that hears from the watch that its key was deleted (etcd can revoke a lease that
+  is being kept alive: docs/etcd.md, "A lease etcd revokes while it is kept alive") or put
+  by another steps down at once: ``wait_for_change`` raises LeaseLost.
 * An expired key is gone, so etcd reports the election free and a standby acquires at once.
   The lessor runs on the etcd leader's monotonic clock, which no wall-clock step moves, and a
   present key is never taken over: ``takeover`` is not needed (docs/algorithm.md, docs/etcd.md).
@@ -33,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from .base import Backend, BackendError, BackendUnavailable, Candidate, Grant, Lease
+from .base import Backend, BackendError, BackendUnavailable, Candidate, Grant, Lease, LeaseLost
 from .etcd_gateway import EtcdClient, EtcdError, EtcdSettings, b64, prefix_end, unb64
 from .etcd_grant import Offers, grant_txn, successor
 from .etcd_records import Keys, MemberClock, now, tenures
@@ -84,6 +89,7 @@ class EtcdBackend(Backend):
         self._states: dict[str, _State] = {}
         self._answered: dict[str, int] = {}  # revision of the last answer, by election
         self._named: dict[str, tuple[str, str, int] | None] = {}  # the holder it named
+        self._held: dict[str, int] = {}  # the mod revision of our key, as the last answer said
         # A watch event that woke the engine named another holder since that answer: only
         # the round it wakes skips the read (a cached holder alone may be a lagging event).
         self._news: set[str] = set()
@@ -200,10 +206,11 @@ class EtcdBackend(Backend):
             granted = await self._grant_lease(ttl, _DEFAULT_TIMEOUT)
             reserved = {"key": b64(self._reserved_key(election)), "value": b64(reserve_for)}
             success.append({"request_put": {**reserved, "lease": granted[0]}})
-        body = {"compare": [_compare(key, "CREATE", holder.created)], "success": success}
+        body = {"compare": [_compare(key, "MOD", holder.modified)], "success": success}
         answer = await self._call("/v3/kv/txn", body, _DEFAULT_TIMEOUT, "releasing the lease")
         if answer.get("succeeded"):
             self._remember(election, replace(state, revision=_revision(answer), holder=None))
+            self._held.pop(election, None)
             # The lease outlives its key: it is the spare of this node's next acquisition.
             self._spares[election] = _Spare(holder.lease, 1, -math.inf)  # ttl: a keepalive says
 
@@ -215,6 +222,7 @@ class EtcdBackend(Backend):
         await self._watch.wait(election, self._answered.get(election, 0), timeout)
         # Told once: a wake-up that no successful request follows (etcd down) is not news again.
         self._answered[election] = max(self._answered.get(election, 0), self._watch.heard(election))
+        self._check_held(election)
         grant = self._granted(election)
         if grant is None:
             self._note_news(election)
@@ -255,8 +263,9 @@ class EtcdBackend(Backend):
             return False
         revision = _revision(answer)
         granted = _Holder(offer.node_id, offer.address, offer.instance, term, acquired_at,
-                          offer.lease, revision)  # fmt: skip
+                          offer.lease, holder.created, revision)  # fmt: skip
         self._remember(election, _State(revision, granted, term, revision))
+        self._held.pop(election, None)
         self._spares[election] = _Spare(holder.lease, 1, -math.inf)  # as after a release
         return True
 
@@ -271,6 +280,28 @@ class EtcdBackend(Backend):
             return None
         del self._spares[election]  # it is our lease now
         return Grant(self._answer(election, state, float(spare.ttl)), spare.kept_in)
+
+    def _check_held(self, election: str) -> None:
+        """Raise LeaseLost if etcd, as the watch tells it, no longer has our key as our last
+        answer saw it: deleted (its lease revoked, or the key removed by hand) or put by
+        another. A successor acquires only after that event's revision: stepping down on it,
+        with no request, comes before any successor's transaction can answer."""
+        held, state = self._held.get(election), self._states.get(election)
+        if held is None or state is None or state.revision <= held:
+            return
+        holder = state.holder
+        if holder is not None and holder.modified == held:
+            return
+        del self._held[election]
+        if holder is None:
+            raise LeaseLost(
+                f"etcd deleted the leader key at revision {state.revision}: "
+                "its lease was revoked, or the key removed by hand"
+            )
+        raise LeaseLost(
+            f"etcd gave the leader key to {holder.node_id} (term {holder.term}) "
+            f"at revision {holder.modified}"
+        )
 
     def _note_news(self, election: str) -> None:
         """The watch named a holder other than us and other than the last answer's."""
@@ -335,7 +366,8 @@ class EtcdBackend(Backend):
             return self._remember(ask.election, self._parse(answer)), None
         revision = _revision(answer)
         self._offers.drop(ask.election, me.node_id, me.instance)
-        holder = _Holder(me.node_id, me.address, me.instance, term, now, spare.id, revision)
+        holder = _Holder(me.node_id, me.address, me.instance, term, now, spare.id, revision,
+                         revision)  # fmt: skip
         state = self._remember(ask.election, _State(revision, holder, term, revision))
         return state, self._answer(ask.election, state, max(0.0, spare.left()))
 
@@ -350,7 +382,7 @@ class EtcdBackend(Backend):
             self._keepalive(ours.lease, ask), self._read(ask.election, ask.left(), ask)
         )
         holder = state.holder
-        if holder is None or holder.created != ours.created:
+        if holder is None or holder.modified != ours.modified:
             if kept:  # the key went (deleted by hand) but the lease lives: a spare
                 self._spares[ask.election] = _Spare(ours.lease, kept, sent_at, _kept_in(ask))
             return state, None
@@ -508,13 +540,18 @@ class EtcdBackend(Backend):
         holder, members = state.holder, self._members.get(election, ())
         self._news.discard(election)
         self._named[election] = None if holder is None else _named(holder)
+        me = self._me.get(election)
+        if holder is not None and me is not None and _mine(state, me):
+            self._held[election] = holder.modified  # what a watch event can prove gone
+        else:
+            self._held.pop(election, None)
         if holder is None:
             to = state.reserved.node_id if reserved_in > 0 else ""
             return Lease(election, None, "", state.term, None, None, reserved_for=to,
                          reserved_in=reserved_in if to else 0.0, members=members)  # fmt: skip
         # Every answer that finds the key is a new version: proof that etcd keeps the lease alive
         # (its lessor deletes the key otherwise), so the engine never waits to take it over.
-        version = f"{holder.created}.{next(self._answers)}"
+        version = f"{holder.modified}.{next(self._answers)}"
         return Lease(election, holder.node_id, holder.address, holder.term,
                      _when(holder.acquired_at), expires_in, instance=holder.instance,
                      version=version, members=members)  # fmt: skip

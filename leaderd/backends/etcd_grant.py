@@ -3,9 +3,11 @@
 A campaigning standby offers its spare lease in a candidate key (etcd_records.Keys). A
 release that grants puts the leader key under the freshest candidate's spare lease, with
 the next term, in the transaction that ends its own term, on two conditions: its own key
-is still the one it created, and the candidate key is unchanged since it read it (a
-standby that stopped campaigning deleted it). A spare that is gone fails the transaction
-in etcd ("lease not found"): the release then frees the lease as before.
+is unchanged since its tenure began (its mod revision: a grant's put keeps the key's
+create revision, so only the mod revision names one tenure), and the candidate key is
+unchanged since it read it (a standby that stopped campaigning deleted it). A spare that
+is gone fails the transaction in etcd ("lease not found"): the release then frees the lease
+as before.
 
 The granted lease expires when etcd's lessor says, counting from the spare's last
 keepalive; the standby sent that keepalive after the engine's send time of the round named
@@ -109,7 +111,7 @@ def successor(
 def grant_txn(
     keys: Keys, holder: Holder, offer: Candidacy, term: int, acquired_at: str, reason: EndReason
 ) -> dict[str, Any]:
-    """The transaction of a grant: while our key is still the one we created and the offer
+    """The transaction of a grant: while our key is unchanged since our tenure began and the offer
     is unchanged since it was read, put the key under the offer's spare lease with ``term``,
     move the term counter, drop the candidate key, and record our end and the heir's start."""
     offered = b64(keys.candidate(offer.node_id, offer.instance))
@@ -117,7 +119,7 @@ def grant_txn(
              "term": term, "acquired_at": acquired_at}  # fmt: skip
     heir = Candidate(offer.node_id, offer.address, offer.instance)
     return {
-        "compare": [compare(b64(keys.leader), "CREATE", holder.created),
+        "compare": [compare(b64(keys.leader), "MOD", holder.modified),
                     compare(offered, "MOD", offer.modified)],
         "success": [
             {"request_put": {"key": b64(keys.leader), "value": b64(orjson.dumps(value)),

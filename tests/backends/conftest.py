@@ -23,6 +23,7 @@ pg_server``, at the top of this file so pytest can find it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from leaderd.backends import Backend, backend_from_url
+from leaderd.backends.base import LeaseLost
 from tests.etcd.fixtures import etcd_cluster  # noqa: F401 - the fixture the etcd entry uses
 
 # Elections every instance opens; tests use these names.
@@ -212,10 +214,11 @@ async def _postgresql_advisory_immediate(request: pytest.FixtureRequest) -> str:
 
 async def expire_by_lessor(store: Store, holder: Backend, election: str) -> Backend:
     """etcd: its lessor deletes the key once the lease (whole seconds, at least its minimum)
-    has run out; wait until it has."""
+    has run out; wait until it has. The holder hears its own key's deletion as LeaseLost."""
     async with asyncio.timeout(15):
         while (await holder.observe(election)).holder is not None:
-            await holder.wait_for_change(election, 0.5)  # the key's deletion is an event
+            with contextlib.suppress(LeaseLost):
+                await holder.wait_for_change(election, 0.5)  # the key's deletion is an event
     return holder
 
 

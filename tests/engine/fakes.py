@@ -15,7 +15,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from leaderd.backends.base import Backend, BackendUnavailable, Candidate, Grant, Lease
+from leaderd.backends.base import (
+    Backend,
+    BackendUnavailable,
+    Candidate,
+    Grant,
+    Lease,
+    LeaseLost,
+)
 from leaderd.backends.records import EndReason, Member, Tenure
 from leaderd.clock import boottime
 
@@ -191,6 +198,10 @@ class LeaseStore:
                       version=str(row.version))  # fmt: skip
         self.last_grant = Grant(lease, at)
 
+    def touch(self) -> None:
+        """A change every waiter hears of, with nothing changed (another key's event)."""
+        self._wake()
+
     def _wake(self) -> None:
         self.changed.set()
         self.changed = asyncio.Event()
@@ -223,6 +234,9 @@ class Script:
     # wait_for_change raises at once / returns at once, every time.
     broken_wait: bool = False
     spurious_wait: bool = False
+    # The next change wait_for_change hears of raises this (an etcd watch event showing our
+    # key deleted); LeaseStore.touch() makes one.
+    lost: LeaseLost | None = None
 
 
 @dataclass
@@ -329,8 +343,12 @@ class RecordingBackend(Backend):
             return grant
         if self.script.spurious_wait:
             return None
+        changed = self.store.changed
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.store.changed.wait(), timeout)
+            await asyncio.wait_for(changed.wait(), timeout)
+        if changed.is_set() and self.script.lost is not None:
+            lost, self.script.lost = self.script.lost, None
+            raise lost
         grant = self.store.last_grant
         if grant is None or id(grant) in self._grants_told:
             return None

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from leaderd.backends.base import Candidate, Lease
+from leaderd.backends.base import Candidate, Lease, LeaseLost
 from leaderd.backends.static import StaticBackend
 from leaderd.engine import Election
 from leaderd.status import Role
@@ -1041,3 +1041,26 @@ async def test_a_failed_first_attempt_makes_the_election_ready_and_tells_listene
     assert election.ready and election.status().role is UNKNOWN
     assert heard == [(UNKNOWN, True)]  # once, with no new revision
     assert election.status().revision == 1
+
+
+async def test_a_change_that_proves_the_lease_gone_steps_down_before_any_round(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """etcd's watch showed our key deleted (a revoked lease): the leader says so at the
+    event, not at its next renewal or its deadline; the round after asks again."""
+    caplog.set_level(logging.INFO, logger="leaderd.engine")
+    store = LeaseStore(RealClock())
+    election, backend = fast_node(store)
+    task = asyncio.create_task(election.run())
+    await until(lambda: election.status().is_leader)
+    with election.stream() as changes:
+        assert (await changes.get()).role is LEADER
+        backend.script.lost = LeaseLost("etcd deleted the leader key at revision 9")
+        store.touch()
+        # Renewals that succeed change nothing to publish: only the event can step it down.
+        assert (await asyncio.wait_for(changes.get(), 1)).role is UNKNOWN
+        said = "stepping down from election default, term 1: etcd deleted the leader key"
+        assert said in caplog.text
+        assert (await asyncio.wait_for(changes.get(), 1)).role is LEADER  # the store kept it
+    election.stop()
+    await task

@@ -226,3 +226,35 @@ def test_a_frozen_grantee_loses_the_key_with_its_spare_and_never_leads_after_sig
     "expired", not taken over."""
     within = 2 * TTL + LESSOR + SLACK
     switchover.frozen_grantee_is_taken_over(trio, TTL, 3 * RETRY, within, "expired")
+
+
+def test_a_lease_etcd_revokes_under_the_leader_ends_its_term_at_the_event(
+    etcd: EtcdCluster, trio: list[Daemon]
+) -> None:
+    """What a resumed raft leader of etcd may do to a lease that is kept alive
+    (tests/etcd/test_lost.py): the holder says "not leader" at the deletion's watch
+    event, before a standby's transaction can take the key; one leader at a time."""
+    leader = the_leader(trio)
+    before = term_of(leader)
+    url_prefix = leader.backend.split("prefix=", 1)[1].split("&", 1)[0]
+    _, kv = etcd.get(f"{url_prefix}default/leader")
+    with Referee(trio):
+        etcd.post(etcd.members[0], "/v3/kv/lease/revoke", {"ID": int(kv["lease"])})
+        new = wait_for(
+            lambda: [d for d in leaders(trio) if term_of(d) > before],
+            timeout=LESSOR + RETRY + SLACK,
+            what="a leader of a later term",
+        )[0]
+        time.sleep(0.3)
+    said = f"stepping down from election default, term {before}: etcd deleted the leader key"
+    stepped_down = logged_at(leader, said)
+    acquired = logged_at(new, f"acquired election default, term {term_of(new)}")
+    print(f"\nrevoked: stepped down at {stepped_down}, {new.node_id} acquired at {acquired}")
+    assert stepped_down <= acquired  # both logs are this host's wall clock, in milliseconds
+
+
+def logged_at(daemon: Daemon, sentence: str) -> str:
+    """The timestamp of the first log line of ``daemon`` that has ``sentence``."""
+    lines = [line for line in daemon.log().splitlines() if sentence in line]
+    assert lines, f"{daemon.node_id} never logged {sentence!r}"
+    return lines[0].split(" ", 1)[0]
