@@ -188,9 +188,11 @@ class Election:
                 round_at, next_round = now, now + await self.round()
                 now = self._clock.now()
             wake_at = min(next_round, self.state.next_boundary(now))
-            # Leaders listen too: an advisory lock's session can end under them. A change can
-            # only bring the next round forward if it is more than a breath away.
-            follow = next_round - now > _WAKE_SPACING
+            # Leaders listen too: an advisory lock's session can end under them, etcd can
+            # delete their key (LeaseLost), so a holder listens up to its very next round.
+            # Otherwise a change can only bring the next round forward if it is more than a
+            # breath away.
+            follow = self.state.held_term is not None or next_round - now > _WAKE_SPACING
             self._turn_due = wake_at + self.state.request_timeout(wake_at) + _STALL_SLACK
             woke = await self._wait(wake_at - now, follow)
             granted = self._take_grant(woke) if isinstance(woke, Grant) else None

@@ -234,8 +234,8 @@ class Script:
     # wait_for_change raises at once / returns at once, every time.
     broken_wait: bool = False
     spurious_wait: bool = False
-    # The next change wait_for_change hears of raises this (an etcd watch event showing our
-    # key deleted); LeaseStore.touch() makes one.
+    # wait_for_change raises this once: the next call, or the one under way when
+    # LeaseStore.touch() wakes it (an etcd watch event showing our key deleted).
     lost: LeaseLost | None = None
 
 
@@ -344,9 +344,10 @@ class RecordingBackend(Backend):
         if self.script.spurious_wait:
             return None
         changed = self.store.changed
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), timeout)
-        if changed.is_set() and self.script.lost is not None:
+        if self.script.lost is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), timeout)
+        if self.script.lost is not None:  # set before this wait, or during it (a touch)
             lost, self.script.lost = self.script.lost, None
             raise lost
         grant = self.store.last_grant

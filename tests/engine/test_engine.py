@@ -17,7 +17,7 @@ import pytest
 from leaderd.backends.base import Candidate, Lease, LeaseLost
 from leaderd.backends.static import StaticBackend
 from leaderd.engine import Election
-from leaderd.status import Role
+from leaderd.status import ElectionStatus, Role
 from leaderd.timing import Timing, TimingError
 
 from .fakes import FakeClock, LeaseStore, RealClock, RecordingBackend
@@ -1050,17 +1050,36 @@ async def test_a_change_that_proves_the_lease_gone_steps_down_before_any_round(
     event, not at its next renewal or its deadline; the round after asks again."""
     caplog.set_level(logging.INFO, logger="leaderd.engine")
     store = LeaseStore(RealClock())
-    election, backend = fast_node(store)
+    # Renewals that succeed change nothing to publish: only the event can step it down.
+    after = await lose_at_an_event(*fast_node(store), store)
+    said = "stepping down from election default, term 1: etcd deleted the leader key"
+    assert said in caplog.text
+    assert after.role is LEADER  # the round after: the store kept the lease
+
+
+async def test_a_holder_listens_for_a_lost_lease_up_to_its_very_next_round() -> None:
+    """Renewing every 15 ms, every wait of the leader is within a breath of its next round:
+    it listens all the same, so a lost lease never waits for a renewal's answer."""
+    store = LeaseStore(RealClock())
+    breathless = Timing(ttl=0.3, renew_interval=0.015, retry_interval=0.05, safety_margin=0.01)
+    backend = RecordingBackend(store)
+    election = Election("default", A, breathless, backend, clock=RealClock(), jitter=lambda: 0.0)
+    await lose_at_an_event(election, backend, store)
+
+
+async def lose_at_an_event(
+    election: Election, backend: RecordingBackend, store: LeaseStore
+) -> ElectionStatus:
+    """Run ``election`` until it leads; a change then proves the lease gone: the next
+    status published must be UNKNOWN. Returns the status published after that one."""
     task = asyncio.create_task(election.run())
     await until(lambda: election.status().is_leader)
     with election.stream() as changes:
         assert (await changes.get()).role is LEADER
         backend.script.lost = LeaseLost("etcd deleted the leader key at revision 9")
         store.touch()
-        # Renewals that succeed change nothing to publish: only the event can step it down.
         assert (await asyncio.wait_for(changes.get(), 1)).role is UNKNOWN
-        said = "stepping down from election default, term 1: etcd deleted the leader key"
-        assert said in caplog.text
-        assert (await asyncio.wait_for(changes.get(), 1)).role is LEADER  # the store kept it
+        after = await asyncio.wait_for(changes.get(), 1)
     election.stop()
     await task
+    return after
