@@ -154,8 +154,10 @@ class Stream:
                 answer = conn.getresponse()
                 status, body = answer.status, answer.read().decode()
                 conn.close()
-            except OSError as exc:
-                status, body = 0, str(exc)
+            except (OSError, http.client.HTTPException) as exc:
+                # Refused, or cut off mid-answer (a balancer that ends the sessions of a
+                # server it marks down): either way a write not taken.
+                status, body = 0, str(exc) or type(exc).__name__
             self.answers.append((sent, status, body))
 
     def stop(self) -> None:
