@@ -263,7 +263,7 @@ class EtcdBackend(Backend):
             return False
         revision = _revision(answer)
         granted = _Holder(offer.node_id, offer.address, offer.instance, term, acquired_at,
-                          offer.lease, holder.created, revision)  # fmt: skip
+                          offer.lease, revision)  # fmt: skip
         self._remember(election, _State(revision, granted, term, revision))
         self._held.pop(election, None)
         self._spares[election] = _Spare(holder.lease, 1, -math.inf)  # as after a release
@@ -366,8 +366,7 @@ class EtcdBackend(Backend):
             return self._remember(ask.election, self._parse(answer)), None
         revision = _revision(answer)
         self._offers.drop(ask.election, me.node_id, me.instance)
-        holder = _Holder(me.node_id, me.address, me.instance, term, now, spare.id, revision,
-                         revision)  # fmt: skip
+        holder = _Holder(me.node_id, me.address, me.instance, term, now, spare.id, revision)
         state = self._remember(ask.election, _State(revision, holder, term, revision))
         return state, self._answer(ask.election, state, max(0.0, spare.left()))
 

@@ -36,8 +36,9 @@ class Holder:
     term: int
     acquired_at: str  # ISO 8601, the acquiring host's wall clock: for display only
     lease: int  # the etcd lease the key is attached to
-    created: int  # the key's create revision (a grant's put keeps its predecessor's)
-    modified: int  # the key's mod revision: names this holder's tenure, grants included
+    # The key's mod revision: names this holder's tenure (not the create revision, which a
+    # grant's put keeps from the holder before).
+    modified: int
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def holder_of(kv: dict[str, Any]) -> Holder:
         log.warning("etcd key %s does not hold a leaderd lease", key)
         node_id, term, address, instance, acquired_at = "<not leaderd>", 0, "", "", ""
     return Holder(node_id, address, instance, term, acquired_at, int_of(kv.get("lease")),
-                  int_of(kv.get("create_revision")), int_of(kv.get("mod_revision")))  # fmt: skip
+                  int_of(kv.get("mod_revision")))  # fmt: skip
 
 
 def reservation(kv: dict[str, Any] | None) -> Reservation:
