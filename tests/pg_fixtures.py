@@ -2,7 +2,8 @@
 
 ``pg_server`` starts it once (and fails, never skips, when it cannot start); ``pg`` is
 the same server for one test that may stop, kill or restart it: it is running again
-before and after the test.
+before and after the test. ``fake_time_server`` is one per test module whose wall clock
+the tests step (libfaketime).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.pgserver import PgServer
+from tests.pgserver import FakeTimeServer, PgServer
 
 
 @pytest.fixture(scope="session")
@@ -30,3 +31,12 @@ def pg(pg_server: PgServer) -> Iterator[PgServer]:
         yield pg_server
     finally:
         pg_server.ensure_running()
+
+
+@pytest.fixture(scope="module")
+def fake_time_server() -> Iterator[FakeTimeServer]:
+    server = FakeTimeServer()
+    try:
+        yield server
+    finally:
+        server.cleanup()

@@ -223,19 +223,19 @@ class PostgresAdvisoryBackend(Backend):
             raise
 
     async def _campaign(self, s: _Session, ask: _Ask, wait: float, timeout: float) -> Lease:
+        deadline = time.monotonic() + timeout
         conn = await self._connection(s, ask.ttl, timeout)
         if not s.granted:
             if not s.planned:
                 await self._plan(s, ask)
-            # Keep up to a second of the budget for the claim after the grant.
-            lock_wait = min(wait, timeout - min(1.0, timeout / 2))
+            lock_wait, grace = _lock_budget(wait, deadline - time.monotonic())
             known = max(s.known_term, ask.min_term - 1)  # min_term: the engine's high-water + 1
-            granted = await self._lock(s, conn, lock_wait, known)
+            granted = await self._lock(s, conn, lock_wait, grace, known)
             if not granted:
                 lease = await self._read(s, timeout, ask.candidate, ask.ttl, ask.lost_term)
                 if lease.holder is None:  # released meanwhile: the lock is free, try it
                     conn = await self._connection(s, ask.ttl, timeout)
-                    granted = await self._lock(s, conn, 0.0, known)
+                    granted = await self._lock(s, conn, 0.0, 0.0, known)
                 if not granted:
                     if lease.held_by(ask.candidate):  # never "held" without the lock
                         raise BackendUnavailable(
@@ -300,8 +300,11 @@ class PostgresAdvisoryBackend(Backend):
             s.term, s.stale = None, True
         return lease  # an unreleased holder, waited out with the lock granted
 
-    async def _lock(self, s: _Session, conn: Any, lock_wait: float, known: int) -> bool:
-        """Take the lock at once, or block for it up to ``lock_wait``; give up early when
+    async def _lock(
+        self, s: _Session, conn: Any, lock_wait: float, grace: float, known: int
+    ) -> bool:
+        """Take the lock at once, or block for it up to ``lock_wait`` (the server's
+        lock_timeout, whose answer is waited for ``grace`` more seconds); give up early when
         another node announces it acquired a term above ``known``, so this follower names
         the new leader at once (a late NOTIFY of a term it knows does not count)."""
         if lock_wait < 0.001:
@@ -309,9 +312,7 @@ class PostgresAdvisoryBackend(Backend):
             self._check_pid(s, conn, row["pid"])
             return bool(row["granted"])
         lock = asyncio.ensure_future(conn.fetchrow(sql.LOCK, s.key, quote_literal_ms(lock_wait)))
-        news = asyncio.ensure_future(
-            self._listener.acquired(s.election, known, lock_wait + _LOCK_ANSWER_GRACE)
-        )
+        news = asyncio.ensure_future(self._listener.acquired(s.election, known, lock_wait + grace))
         try:
             await asyncio.wait({lock, news}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -444,6 +445,15 @@ class PostgresAdvisoryBackend(Backend):
         if s is None:
             s = self._sessions[election] = _Session(election, advisory_key(election))
         return s
+
+
+def _lock_budget(wait: float, left: float) -> tuple[float, float]:
+    """(lock_timeout, grace for its answer) for a lock wait with ``left`` seconds of the
+    request to go. Up to a second stays for the claim after a grant; half of the rest for
+    the read after a wait given up on, which needs a new session: a server whose timers
+    run late (its clock stepped back) answers lock_timeout only that much later."""
+    lock_wait = max(0.0, min(wait, left - min(1.0, left / 2)))
+    return lock_wait, min(_LOCK_ANSWER_GRACE, (left - lock_wait) / 2)
 
 
 def _free(election: str, row: Any, me: Candidate | None, ttl: float) -> Lease:

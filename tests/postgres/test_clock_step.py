@@ -29,15 +29,6 @@ TTL = 2.0
 STEP = 3600  # seconds the server's clock jumps forward
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeTimeServer]:
-    pg = FakeTimeServer()
-    try:
-        yield pg
-    finally:
-        pg.cleanup()
-
-
 def is_leader(daemon: Daemon, timeout: float = 0.05) -> bool | None:
     """HEAD /leader over the daemon's socket, fast enough to sample every few ms; None
     when it does not answer in time (stopped)."""
@@ -75,9 +66,11 @@ class Sampler(threading.Thread):
 
 
 @pytest.fixture
-def pair(server: FakeTimeServer, request: pytest.FixtureRequest) -> Iterator[list[Daemon]]:
-    server.step(0)
-    url = server.dsn(scheme=request.param, table=unique("step"))
+def pair(
+    fake_time_server: FakeTimeServer, request: pytest.FixtureRequest
+) -> Iterator[list[Daemon]]:
+    fake_time_server.step(0)
+    url = fake_time_server.dsn(scheme=request.param, table=unique("step"))
     workdir = short_tempdir()
     daemons = [Daemon(f"node-{i}", url, workdir=workdir, ttl=TTL).start() for i in range(2)]
     try:
@@ -89,7 +82,7 @@ def pair(server: FakeTimeServer, request: pytest.FixtureRequest) -> Iterator[lis
             if d.alive():
                 d.signal(signal.SIGCONT)
             d.kill()
-        server.step(0)
+        fake_time_server.step(0)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -100,22 +93,22 @@ def leader_and_standby(daemons: list[Daemon]) -> tuple[Daemon, Daemon]:
     return leader, next(d for d in daemons if d is not leader)
 
 
-def stepped(server: FakeTimeServer) -> None:
-    before = server.server_now()
-    server.step(STEP)
-    assert server.server_now() - before > STEP - 5, "the server's clock did not step"
+def stepped(pg: FakeTimeServer) -> None:
+    before = pg.server_now()
+    pg.step(STEP)
+    assert pg.server_now() - before > STEP - 5, "the server's clock did not step"
 
 
 @pytest.mark.parametrize("pair", ["postgresql"], indirect=True)
 def test_a_server_clock_step_does_not_cut_a_renewing_leaders_lease(
-    server: FakeTimeServer, pair: list[Daemon]
+    fake_time_server: FakeTimeServer, pair: list[Daemon]
 ) -> None:
     leader, standby = leader_and_standby(pair)
     sampler = Sampler(*pair)
     sampler.start()
     try:
         time.sleep(1.0)
-        stepped(server)  # every expires_at is an hour in the past now
+        stepped(fake_time_server)  # every expires_at is an hour in the past now
         time.sleep(3 * TTL)  # the standby has watched the leader's version for a ttl, twice
     finally:
         sampler.stop()
@@ -128,7 +121,7 @@ def test_a_server_clock_step_does_not_cut_a_renewing_leaders_lease(
 
 @pytest.mark.parametrize("pair", ["postgresql+advisory"], indirect=True)
 def test_a_server_clock_step_and_an_ended_session_never_make_two_leaders(
-    server: FakeTimeServer, pair: list[Daemon]
+    fake_time_server: FakeTimeServer, pair: list[Daemon]
 ) -> None:
     """takeover=wait: the server ends the leader's lock session while the leader is paused,
     after its clock stepped forward. The standby is granted the lock at once, and the
@@ -142,9 +135,9 @@ def test_a_server_clock_step_and_an_ended_session_never_make_two_leaders(
         # Paused before the step: a renewal after it would make the row live on the server's
         # new clock, and the standby, rightly, would give the lock back to the leader.
         leader.signal(signal.SIGSTOP)
-        stepped(server)
+        stepped(fake_time_server)
         key = advisory_key("default")
-        ended = server.psql(
+        ended = fake_time_server.psql(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' "
             f"AND granted AND objsubid = 1 AND ((classid::int8 << 32) | objid::int8) = {key}"
         )

@@ -1,0 +1,61 @@
+"""The server's timers run late: what a backward step of its clock does to lock_timeout.
+
+PostgreSQL arms every timeout (lock_timeout among them) on its wall clock. When SIGALRM
+arrives, the handler compares GetCurrentTimestamp() with the deadline; if the clock went
+back meanwhile, it re-arms the alarm for the difference. So a server whose clock steps
+back by ten minutes answers a 200 ms lock wait ten minutes late.
+
+libfaketime shows the handler exactly that: it fakes the clock everywhere except inside
+its own epoll_wait wrapper, where a backend waiting for a lock sleeps. The handler
+interrupts that wait, so it reads a clock 600 s behind the one that armed the timer
+(strace: ``setitimer(ITIMER_REAL, {it_value={tv_sec=599, ...}})``). The chaos harness's
+clock_step fault did this to every advisory standby: each lock wait ran into the request's
+own timeout, and the standbys flapped between "follower" and "unknown" (tests/chaos).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from leaderd.backends import Candidate
+from tests.pgserver import FakeTimeServer
+from tests.postgres.helpers import admin, opened, unique
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+A = Candidate("node-a", "10.0.0.1:80")
+B = Candidate("node-b", "10.0.0.2:80")
+STEP = 600
+WAITING = (
+    "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'advisory'"
+)
+
+
+def late_timers(pg: FakeTimeServer, app: str) -> str:
+    """An advisory URL on a server whose lock_timeout now fires about STEP seconds late."""
+    pg.step(STEP)
+    table = unique("late")
+    return pg.dsn(scheme="postgresql+advisory", table=table, application_name=app)
+
+
+async def test_a_standby_names_the_leader_every_round_when_lock_timeout_fires_late(
+    fake_time_server: FakeTimeServer,
+) -> None:
+    """A standby's round blocks in the lock for ``wait`` and must still answer within the
+    request's timeout (the chaos harness's timing: renew_interval 0.4 s, retry_interval
+    0.2 s); before, it timed out waiting for the lock_timeout's answer."""
+    app, e = unique("leaderd-late"), unique()
+    u = late_timers(fake_time_server, app)
+    async with opened(u, e) as a, opened(u, e) as b, admin(fake_time_server) as other:
+        await a.acquire_or_renew(e, A, ttl=1.5, timeout=5)
+        for _ in range(5):
+            lease = await b.acquire_or_renew(e, B, ttl=1.5, timeout=0.4, wait=0.2)
+            assert lease.holder == A.node_id, lease
+        # The waits given up on leave the lock queue: none waits out the late timer.
+        for _ in range(200):
+            if await other.fetchval(WAITING, app) == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert await other.fetchval(WAITING, app) == 0
