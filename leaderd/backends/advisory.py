@@ -48,6 +48,9 @@ _PENDING_READS = 12  # about 0.15 s of re-reads while a new holder claims its ro
 # How long past its lock_timeout a lock wait may take to answer before it is given up: the
 # server's timeout, not ours, ends a quiet round, so that the session is kept.
 _LOCK_ANSWER_GRACE = 0.25
+# How long a lock wait cancelled over the LISTEN connection may take to end before its
+# session is closed instead.
+_CANCEL_TIMEOUT = 0.1
 _POOLER = (
     "the advisory backend needs a direct session to PostgreSQL, but the server process "
     "changed under it (pid {a} then {b}): a transaction-mode pooler such as PgBouncer is "
@@ -75,6 +78,7 @@ class _Session:
     observe: Any = None
     observe_heard: Any = None
     planned: bool = False  # each statement has run once (rolled back): its plan is cached
+    cancelled: bool = False  # a cancelled wait may hold the lock: give it back first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,6 +311,8 @@ class PostgresAdvisoryBackend(Backend):
         lock_timeout, whose answer is waited for ``grace`` more seconds); give up early when
         another node announces it acquired a term above ``known``, so this follower names
         the new leader at once (a late NOTIFY of a term it knows does not count)."""
+        if s.cancelled:
+            await self._give_back(s, conn)
         if lock_wait < 0.001:
             row = await conn.fetchrow(sql.TRY_LOCK, s.key)
             self._check_pid(s, conn, row["pid"])
@@ -315,6 +321,8 @@ class PostgresAdvisoryBackend(Backend):
         news = asyncio.ensure_future(self._listener.acquired(s.election, known, lock_wait + grace))
         try:
             await asyncio.wait({lock, news}, return_when=asyncio.FIRST_COMPLETED)
+            if not lock.done():  # news of a new holder, or the answer is late
+                await self._cancel_wait(s, conn, lock)
         finally:
             news.cancel()
             if not lock.done():
@@ -328,8 +336,27 @@ class PostgresAdvisoryBackend(Backend):
             row = lock.result()
         except asyncpg.LockNotAvailableError:
             return False
+        except asyncpg.QueryCanceledError:
+            s.cancelled = True  # until given back (if that fails, the next wait does it)
+            await self._give_back(s, conn)
+            return False
         self._check_pid(s, conn, row["pid"])
         return True
+
+    async def _give_back(self, s: _Session, conn: Any) -> None:
+        """A grant the cancel came too late for: the statement ended with an error, but the
+        lock stays with the session. No claim follows, and a lock held twice would outlive
+        the single unlock of a release."""
+        await conn.fetchval(sql.UNLOCK_ALL)
+        s.cancelled = False
+
+    async def _cancel_wait(self, s: _Session, conn: Any, lock: asyncio.Future[Any]) -> None:
+        """End a lock wait on its own session, which is kept with its planned statements:
+        the LISTEN connection cancels it. Closing the session instead costs the server a
+        process for asyncpg's CancelRequest and the standby a new session (a new process)
+        for its next read, both while the new holder claims its row on the same cores."""
+        if await self._listener.cancel(conn.get_server_pid(), _CANCEL_TIMEOUT):
+            await asyncio.wait({lock}, timeout=_CANCEL_TIMEOUT)
 
     async def _read(
         self,
@@ -410,7 +437,7 @@ class PostgresAdvisoryBackend(Backend):
             self._closer.close(conn)
             raise
         s.conn, s.ttl, s.started, s.cas, s.observe = conn, ttl, started, cas, observe
-        s.observe_heard, s.planned = heard, False
+        s.observe_heard, s.planned, s.cancelled = heard, False, False
         conn.add_termination_listener(lambda c: self._on_closed(s, c))
 
     async def _prepare(self, conn: Any) -> None:

@@ -57,6 +57,7 @@ WITH cfg AS MATERIALIZED (SELECT set_config('lock_timeout', $2, true))
 SELECT pg_advisory_lock($1)::text IS NOT NULL AS granted, pg_backend_pid() AS pid FROM cfg
 """
 UNLOCK = "SELECT pg_advisory_unlock($1)"
+UNLOCK_ALL = "SELECT pg_advisory_unlock_all()"
 # Once per lock session: who it is (pid and start: a pid alone is reused).
 SESSION = """
 SELECT pg_backend_pid() AS pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import asyncpg
 import orjson
 
 from ..events import Event, extra
@@ -25,6 +26,8 @@ from .pgconn import connect, request
 from .pgsettings import PgSettings
 
 log = logging.getLogger("leaderd.backends.postgresql")
+
+CANCEL = "SELECT pg_cancel_backend($1)"
 
 
 def notify_channel(table: str) -> str:
@@ -59,6 +62,7 @@ class Listener:
         # Per election: (the term a waiter knows, its event), set on newer "acquired" news.
         self._acquired: dict[str, tuple[int, asyncio.Event]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._conn: Any = None  # while listening
         self._up = asyncio.Event()
         self.outage = Outage(f"LISTEN {channel} on {settings.description}")
 
@@ -128,6 +132,18 @@ class Listener:
                 del self._acquired[election]
         return True
 
+    async def cancel(self, pid: int, timeout: float) -> bool:
+        """Cancel the statement that server process ``pid`` runs, over this connection: no
+        new server process, unlike asyncpg's CancelRequest. False when not listening, busy
+        (a ping) or failed: the caller then closes that session instead."""
+        conn = self._conn
+        if conn is None or not self.listening:
+            return False
+        try:
+            return bool(await conn.fetchval(CANCEL, pid, timeout=timeout))
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError):
+            return False
+
     def _on_notify(self, conn: Any, pid: int, channel: str, payload: str) -> None:
         term, kind, election = [*payload.split(" ", 2), "", ""][:3]
         if kind == "granted" and term.isdigit():
@@ -177,7 +193,7 @@ class Listener:
         try:
             async with request(self._pg, "listening"):
                 await conn.add_listener(self.channel, self._on_notify)
-                self.listening = True
+                self._conn, self.listening = conn, True
                 self.outage.ended()
                 self.wake_all()  # changes made while nobody listened were not heard
                 self._up.set()
@@ -187,6 +203,7 @@ class Listener:
                         break
                     await conn.execute("SELECT 1", timeout=5.0)
         finally:
+            self._conn = None
             conn.terminate()
             if self.listening:
                 self.listening = False

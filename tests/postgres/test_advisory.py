@@ -173,10 +173,14 @@ async def test_a_clean_release_needs_no_wait(pg_server: PgServer) -> None:
         await queued_hand_over(a, b, other, e)
 
 
-async def test_waiters_that_lose_the_race_name_the_new_holder_at_once(
+async def test_a_waiter_that_loses_the_race_names_the_new_holder_at_once_on_its_session(
     pg_server: PgServer,
 ) -> None:
-    u, e = url(pg_server), unique()
+    """The loser's wait is cancelled over its LISTEN connection: it names the winner at once
+    and leaves the lock queue, and its session, with the plans it holds, is kept (closing it
+    cost a server process for the cancel and one for the next read, on the cores where the
+    winner claims)."""
+    u, e = url(pg_server, application_name="leaderd-loser-test"), unique()
     c = Candidate("node-c", "10.0.0.3:80")
     async with (
         opened(u, e) as a,
@@ -185,6 +189,10 @@ async def test_waiters_that_lose_the_race_name_the_new_holder_at_once(
         admin(pg_server) as other,
     ):
         mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        standbys = {B.node_id: b, c.node_id: third}
+        for standby, who in ((b, B), (third, c)):  # open and plan each standby's session
+            assert (await standby.acquire_or_renew(e, who, ttl=15, timeout=5, wait=0.1)).holder
+        pids = {node: session_pid(backend, e) for node, backend in standbys.items()}
         waiters = [
             asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5)),
             asyncio.create_task(third.acquire_or_renew(e, c, ttl=15, timeout=10, wait=5)),
@@ -193,10 +201,37 @@ async def test_waiters_that_lose_the_race_name_the_new_holder_at_once(
         with Stopwatch() as sw:
             await a.release(e, A, mine.term)
             answers = await asyncio.wait_for(asyncio.gather(*waiters), 3)
-        winner = next(lease for lease in answers if lease.holder in (B.node_id, c.node_id))
         # The loser does not sit out its 5 s lock wait naming the old holder.
-        assert all(lease.holder == winner.holder for lease in answers), answers
-        assert winner.term == mine.term + 1 and sw.elapsed < 1.0
+        winner = answers[0].holder
+        assert winner in standbys and all(x.holder == winner for x in answers), answers
+        assert answers[0].term == mine.term + 1 and sw.elapsed < 1.0
+        loser = next(node for node in standbys if node != winner)
+        assert session_pid(standbys[loser], e) == pids[loser], "the loser's session was replaced"
+        waiting = (
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+            "'leaderd-loser-test' AND wait_event = 'advisory'"
+        )
+        assert await other.fetchval(waiting) == 0
+
+
+async def test_a_lock_granted_as_its_wait_is_cancelled_is_given_back(pg_server: PgServer) -> None:
+    """The race the cancel may lose: the lock is granted, then the cancel ends the statement
+    with an error, and the session holds the lock although its round said "not granted". The
+    next wait starts by giving it back, or the holder's single unlock at its release would
+    leave it held (advisory locks count)."""
+    u, e = url(pg_server), unique()
+    async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
+        mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        assert (await b.acquire_or_renew(e, B, ttl=15, timeout=5, wait=0.1)).holder == A.node_id
+        await a.release(e, A, mine.term)
+        # What that race leaves: b's session holds the lock, and knows that it may.
+        session = b._sessions[e]  # type: ignore[attr-defined]
+        assert await session.conn.fetchval("SELECT pg_try_advisory_lock($1)", advisory_key(e))
+        session.cancelled = True
+        theirs = await b.acquire_or_renew(e, B, ttl=15, timeout=5, wait=0.1)
+        assert theirs.held_by(B), theirs
+        await b.release(e, B, theirs.term)
+        assert await lock_pids(other, e) == [], "the lock outlived the release"
 
 
 async def test_a_standby_keeps_its_lock_session_through_rounds_that_time_out(
