@@ -477,8 +477,8 @@ class PostgresAdvisoryBackend(Backend):
 def _lock_budget(wait: float, left: float) -> tuple[float, float]:
     """(lock_timeout, grace for its answer) for a lock wait with ``left`` seconds of the
     request to go. Up to a second stays for the claim after a grant; half of the rest for
-    the read after a wait given up on, which needs a new session: a server whose timers
-    run late (its clock stepped back) answers lock_timeout only that much later."""
+    the cancel and the read after a wait given up on: a server whose timers run late (its
+    clock stepped back) answers lock_timeout only that much later."""
     lock_wait = max(0.0, min(wait, left - min(1.0, left / 2)))
     return lock_wait, min(_LOCK_ANSWER_GRACE, (left - lock_wait) / 2)
 

@@ -141,7 +141,8 @@ class Listener:
             return False
         try:
             return bool(await conn.fetchval(CANCEL, pid, timeout=timeout))
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError):
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError,
+                OSError, TimeoutError):  # fmt: skip
             return False
 
     def _on_notify(self, conn: Any, pid: int, channel: str, payload: str) -> None:

@@ -173,25 +173,27 @@ async def test_a_clean_release_needs_no_wait(pg_server: PgServer) -> None:
         await queued_hand_over(a, b, other, e)
 
 
-async def test_a_waiter_that_loses_the_race_names_the_new_holder_at_once_on_its_session(
-    pg_server: PgServer,
-) -> None:
-    """The loser's wait is cancelled over its LISTEN connection: it names the winner at once
-    and leaves the lock queue, and its session, with the plans it holds, is kept (closing it
-    cost a server process for the cancel and one for the next read, on the cores where the
-    winner claims)."""
-    u, e = url(pg_server, application_name="leaderd-loser-test"), unique()
+LOSER_APP = "leaderd-loser-test"
+
+
+async def lose_the_race(pg: PgServer, cancel_works: bool) -> tuple[str, bool]:
+    """A holds, B and C wait in the lock queue, A releases: (the loser's node id, whether
+    its lock session is the one it had). Both name the winner at once, and nobody is left
+    in the lock queue, whichever way the loser's wait ends."""
+    u, e = url(pg, application_name=LOSER_APP), unique()
     c = Candidate("node-c", "10.0.0.3:80")
     async with (
         opened(u, e) as a,
         opened(u, e) as b,
         opened(u, e) as third,
-        admin(pg_server) as other,
+        admin(pg) as other,
     ):
         mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
         standbys = {B.node_id: b, c.node_id: third}
         for standby, who in ((b, B), (third, c)):  # open and plan each standby's session
             assert (await standby.acquire_or_renew(e, who, ttl=15, timeout=5, wait=0.1)).holder
+            if not cancel_works:
+                standby._listener.cancel = refuse  # type: ignore[attr-defined]
         pids = {node: session_pid(backend, e) for node, backend in standbys.items()}
         waiters = [
             asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5)),
@@ -205,13 +207,42 @@ async def test_a_waiter_that_loses_the_race_names_the_new_holder_at_once_on_its_
         winner = answers[0].holder
         assert winner in standbys and all(x.holder == winner for x in answers), answers
         assert answers[0].term == mine.term + 1 and sw.elapsed < 1.0
-        loser = next(node for node in standbys if node != winner)
-        assert session_pid(standbys[loser], e) == pids[loser], "the loser's session was replaced"
         waiting = (
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = "
-            "'leaderd-loser-test' AND wait_event = 'advisory'"
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE application_name = $1 AND wait_event = 'advisory'"
         )
-        assert await other.fetchval(waiting) == 0
+        assert await until_zero(other, waiting, LOSER_APP)
+        loser = next(node for node in standbys if node != winner)
+        return loser, session_pid(standbys[loser], e) == pids[loser]
+
+
+async def refuse(pid: int, timeout: float) -> bool:
+    return False  # what Listener.cancel says when its connection is down or busy
+
+
+async def until_zero(conn: Any, sql: str, *args: Any) -> bool:
+    for _ in range(100):
+        if await conn.fetchval(sql, *args) == 0:
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+async def test_a_waiter_that_loses_the_race_names_the_new_holder_at_once_on_its_session(
+    pg_server: PgServer,
+) -> None:
+    """The loser's wait is cancelled over its LISTEN connection, and its session, with the
+    plans it holds, is kept: closing it cost a server process for the cancel and one for
+    the next read, on the cores where the winner claims."""
+    loser, kept = await lose_the_race(pg_server, cancel_works=True)
+    assert kept, f"{loser}'s lock session was replaced"
+
+
+async def test_when_the_listen_connection_cannot_cancel_the_loser_closes_its_session(
+    pg_server: PgServer,
+) -> None:
+    loser, kept = await lose_the_race(pg_server, cancel_works=False)
+    assert not kept, f"{loser} kept a session whose wait nobody cancelled"
 
 
 async def test_a_lock_granted_as_its_wait_is_cancelled_is_given_back(pg_server: PgServer) -> None:
