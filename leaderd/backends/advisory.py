@@ -78,7 +78,6 @@ class _Session:
     observe: Any = None
     observe_heard: Any = None
     planned: bool = False  # each statement has run once (rolled back): its plan is cached
-    cancelled: bool = False  # a cancelled wait may hold the lock: give it back first
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,8 +310,6 @@ class PostgresAdvisoryBackend(Backend):
         lock_timeout, whose answer is waited for ``grace`` more seconds); give up early when
         another node announces it acquired a term above ``known``, so this follower names
         the new leader at once (a late NOTIFY of a term it knows does not count)."""
-        if s.cancelled:
-            await self._give_back(s, conn)
         if lock_wait < 0.001:
             row = await conn.fetchrow(sql.TRY_LOCK, s.key)
             self._check_pid(s, conn, row["pid"])
@@ -337,18 +334,14 @@ class PostgresAdvisoryBackend(Backend):
         except asyncpg.LockNotAvailableError:
             return False
         except asyncpg.QueryCanceledError:
-            s.cancelled = True  # until given back (if that fails, the next wait does it)
-            await self._give_back(s, conn)
+            # The lock may have been granted just before the cancel struck: the statement
+            # ends with an error, yet the session keeps the lock. No claim follows, and a
+            # lock held twice would outlive a release's single unlock; should this fail, the
+            # session is closed (_guard), which frees it as well.
+            await conn.fetchval(sql.UNLOCK_ALL)
             return False
         self._check_pid(s, conn, row["pid"])
         return True
-
-    async def _give_back(self, s: _Session, conn: Any) -> None:
-        """A grant the cancel came too late for: the statement ended with an error, but the
-        lock stays with the session. No claim follows, and a lock held twice would outlive
-        the single unlock of a release."""
-        await conn.fetchval(sql.UNLOCK_ALL)
-        s.cancelled = False
 
     async def _cancel_wait(self, s: _Session, conn: Any, lock: asyncio.Future[Any]) -> None:
         """End a lock wait on its own session, which is kept with its planned statements:
@@ -437,7 +430,7 @@ class PostgresAdvisoryBackend(Backend):
             self._closer.close(conn)
             raise
         s.conn, s.ttl, s.started, s.cas, s.observe = conn, ttl, started, cas, observe
-        s.observe_heard, s.planned, s.cancelled = heard, False, False
+        s.observe_heard, s.planned = heard, False
         conn.add_termination_listener(lambda c: self._on_closed(s, c))
 
     async def _prepare(self, conn: Any) -> None:

@@ -7,6 +7,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import asyncpg
 
@@ -51,6 +52,26 @@ async def until(predicate: Callable[[], bool], timeout: float) -> bool:
             return True
         await asyncio.sleep(0.01)
     return predicate()
+
+
+def session_pid(backend: Any, election: str) -> int:
+    """The server process of an advisory backend's lock session for ``election``."""
+    return int(backend._sessions[election].conn.get_server_pid())
+
+
+WAITING_FOR_A_LOCK = (
+    "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'advisory'"
+)
+
+
+async def lock_queue_empties(conn: asyncpg.Connection, application_name: str) -> bool:
+    """Whether, within about 2 s, no session of ``application_name`` waits for an advisory
+    lock (an abandoned wait leaves the queue only once the server cancels it)."""
+    for _ in range(200):
+        if await conn.fetchval(WAITING_FOR_A_LOCK, application_name) == 0:
+            return True
+        await asyncio.sleep(0.01)
+    return False
 
 
 class Stopwatch:

@@ -12,10 +12,19 @@ from typing import Any
 import pytest
 
 from leaderd.backends import BackendUnavailable, Candidate
-from leaderd.backends.advisory import PostgresAdvisoryBackend, advisory_key
+from leaderd.backends.advisory import advisory_key
 from leaderd.backends.pglisten import notify_channel
 from tests.pgserver import PgServer
-from tests.postgres.helpers import Stopwatch, admin, opened, unique, until
+from tests.postgres.helpers import (
+    WAITING_FOR_A_LOCK,
+    Stopwatch,
+    admin,
+    lock_queue_empties,
+    opened,
+    session_pid,
+    unique,
+    until,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -53,11 +62,6 @@ async def blocked(other: Any, election: str, count: int = 1) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"{count} waiter(s) never blocked in the lock of {election}")
-
-
-def session_pid(backend: Any, election: str) -> int:
-    assert isinstance(backend, PostgresAdvisoryBackend)
-    return int(backend._sessions[election].conn.get_server_pid())
 
 
 async def test_the_key_is_documented_and_visible_in_pg_locks(pg_server: PgServer) -> None:
@@ -207,25 +211,13 @@ async def lose_the_race(pg: PgServer, cancel_works: bool) -> tuple[str, bool]:
         winner = answers[0].holder
         assert winner in standbys and all(x.holder == winner for x in answers), answers
         assert answers[0].term == mine.term + 1 and sw.elapsed < 1.0
-        waiting = (
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE application_name = $1 AND wait_event = 'advisory'"
-        )
-        assert await until_zero(other, waiting, LOSER_APP)
+        assert await lock_queue_empties(other, LOSER_APP)
         loser = next(node for node in standbys if node != winner)
         return loser, session_pid(standbys[loser], e) == pids[loser]
 
 
 async def refuse(pid: int, timeout: float) -> bool:
     return False  # what Listener.cancel says when its connection is down or busy
-
-
-async def until_zero(conn: Any, sql: str, *args: Any) -> bool:
-    for _ in range(100):
-        if await conn.fetchval(sql, *args) == 0:
-            return True
-        await asyncio.sleep(0.01)
-    return False
 
 
 async def test_a_waiter_that_loses_the_race_names_the_new_holder_at_once_on_its_session(
@@ -246,20 +238,26 @@ async def test_when_the_listen_connection_cannot_cancel_the_loser_closes_its_ses
 
 
 async def test_a_lock_granted_as_its_wait_is_cancelled_is_given_back(pg_server: PgServer) -> None:
-    """The race the cancel may lose: the lock is granted, then the cancel ends the statement
-    with an error, and the session holds the lock although its round said "not granted". The
-    next wait starts by giving it back, or the holder's single unlock at its release would
-    leave it held (advisory locks count)."""
+    """The race the cancel may lose, made certain: the standby's server process is stopped
+    while the lock is freed and a cancel is sent, so it resumes with both. It checks for
+    interrupts before it looks at its grant: the statement ends with "canceling statement",
+    yet the session keeps the lock. It must give it back, or the single unlock of its own
+    release later would leave the lock held (advisory locks count)."""
     u, e = url(pg_server), unique()
-    async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
-        mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
-        assert (await b.acquire_or_renew(e, B, ttl=15, timeout=5, wait=0.1)).holder == A.node_id
-        await a.release(e, A, mine.term)
-        # What that race leaves: b's session holds the lock, and knows that it may.
-        session = b._sessions[e]  # type: ignore[attr-defined]
-        assert await session.conn.fetchval("SELECT pg_try_advisory_lock($1)", advisory_key(e))
-        session.cancelled = True
-        theirs = await b.acquire_or_renew(e, B, ttl=15, timeout=5, wait=0.1)
+    key = advisory_key(e)
+    async with opened(u, e) as b, admin(pg_server) as other, admin(pg_server) as holder:
+        assert await holder.fetchval("SELECT pg_try_advisory_lock($1)", key)
+        assert (await b.acquire_or_renew(e, B, ttl=15, timeout=5, wait=0.1)).holder is None
+        waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5))
+        await blocked(other, e, 1)
+        pid = session_pid(b, e)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await holder.fetchval("SELECT pg_advisory_unlock($1)", key)
+            assert await other.fetchval("SELECT pg_cancel_backend($1)", pid)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        theirs = await asyncio.wait_for(waiter, 5)  # given back, then taken at once
         assert theirs.held_by(B), theirs
         await b.release(e, B, theirs.term)
         assert await lock_pids(other, e) == [], "the lock outlived the release"
@@ -287,19 +285,11 @@ async def test_a_cancelled_waiter_leaves_the_lock_queue(pg_server: PgServer) -> 
         await a.acquire_or_renew(e, A, ttl=15, timeout=5)
         waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5))
         await blocked(other, e, 1)
-        waiting = (
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = "
-            "'leaderd-cancel-test' AND wait_event = 'advisory'"
-        )
-        assert await other.fetchval(waiting) == 1
+        assert await other.fetchval(WAITING_FOR_A_LOCK, "leaderd-cancel-test") == 1
         waiter.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiter
-        for _ in range(50):
-            if await other.fetchval(waiting) == 0:
-                break
-            await asyncio.sleep(0.01)
-        assert await other.fetchval(waiting) == 0
+        assert await lock_queue_empties(other, "leaderd-cancel-test")
 
 
 async def test_a_silent_leaders_session_ends_one_ttl_after_its_last_keepalive(

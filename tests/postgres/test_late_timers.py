@@ -15,22 +15,17 @@ own timeout, and the standbys flapped between "follower" and "unknown" (tests/ch
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from leaderd.backends import Candidate
 from tests.pgserver import FakeTimeServer
-from tests.postgres.helpers import admin, opened, unique
+from tests.postgres.helpers import admin, lock_queue_empties, opened, session_pid, unique
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 A = Candidate("node-a", "10.0.0.1:80")
 B = Candidate("node-b", "10.0.0.2:80")
 STEP = 600
-WAITING = (
-    "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND wait_event = 'advisory'"
-)
 
 
 def late_timers(pg: FakeTimeServer, app: str) -> str:
@@ -54,12 +49,8 @@ async def test_a_standby_names_the_leader_every_round_when_lock_timeout_fires_la
         for _ in range(5):
             lease = await b.acquire_or_renew(e, B, ttl=1.5, timeout=0.4, wait=0.2)
             assert lease.holder == A.node_id, lease
-            pids.add(b._sessions[e].conn.get_server_pid())  # type: ignore[attr-defined]
+            pids.add(session_pid(b, e))
         # The LISTEN connection cancels each wait: the session is kept, no process per round.
         assert len(pids) == 1, f"the standby's session changed: server pids {sorted(pids)}"
         # The waits given up on leave the lock queue: none waits out the late timer.
-        for _ in range(200):
-            if await other.fetchval(WAITING, app) == 0:
-                break
-            await asyncio.sleep(0.01)
-        assert await other.fetchval(WAITING, app) == 0
+        assert await lock_queue_empties(other, app)
