@@ -132,22 +132,29 @@ class FileIdentity:
 
 
 class ForeignWriters:
-    """Notices a row that changes while it carries another kernel's boot id."""
+    """Notices a row that changes while it carries another kernel's boot id.
+
+    The refusal sticks until the daemon restarts: a standby's waiter may be the read that
+    sees the change, and the round after it would see no change and lead on a file it
+    cannot judge expiry on."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self._seen: dict[str, tuple[str, int]] = {}
+        self._refusal: str | None = None
 
     def check(self, election: str, row_boot_id: str, version: int, my_boot_id: str) -> None:
         before = self._seen.get(election)
         self._seen[election] = (row_boot_id, version)
         changed = before is not None and before[1] != version
-        if row_boot_id and row_boot_id != my_boot_id and changed:
-            raise BackendFatal(
+        if row_boot_id and row_boot_id != my_boot_id and changed and self._refusal is None:
+            self._refusal = (
                 f"SQLite lease file {self.path} is written by another kernel (boot id "
                 f"{row_boot_id[:8]}…, this host is {my_boot_id[:8]}…): a SQLite lease file "
-                f"serves the daemons of one host only; {ALTERNATIVES}"
+                f"serves the daemons of one host only; {ALTERNATIVES}; refusing until restarted"
             )
+        if self._refusal is not None:
+            raise BackendFatal(self._refusal)
 
 
 _PERSIST_WAL = 10  # SQLITE_FCNTL_PERSIST_WAL, from sqlite3.h

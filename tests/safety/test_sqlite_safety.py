@@ -41,6 +41,11 @@ def term_of(daemon: Daemon) -> int:
     return int(body["term"])
 
 
+def role_of(daemon: Daemon) -> str:
+    role: str = daemon.get("/leader")[1]["role"]
+    return role
+
+
 def metric(daemon: Daemon, name: str) -> float:
     out = subprocess.run(
         ["curl", "-sS", "--unix-socket", daemon.socket, "http://localhost/metrics"],
@@ -103,7 +108,13 @@ def test_a_second_kernel_on_the_file_fails_closed_instead_of_leading(workdir: st
     assert all(len(s) <= 1 for s in samples), [s for s in samples if len(s) > 1][:3]
     assert term_of(here) == first_term  # no churn of terms
     wait_for(lambda: "written by another kernel" in there.log(), 10, what="the refusal")
-    assert there.get("/leader")[1]["role"] in ("unknown", "follower")
+    # The refusal sticks: no later round, which sees no change of its own, forgets it.
+    wait_for(lambda: role_of(there) == "unknown", TTL + 2, what="the refusal to answer")
+    roles = set()
+    for _ in range(int(2 * TTL / RETRY)):
+        time.sleep(RETRY)
+        roles.add(role_of(there))
+    assert roles == {"unknown"}, roles
 
 
 def test_a_deleted_lease_file_is_never_a_fresh_start(workdir: str) -> None:
