@@ -109,7 +109,7 @@ def test_a_second_kernel_on_the_file_fails_closed_instead_of_leading(workdir: st
     assert term_of(here) == first_term  # no churn of terms
     wait_for(lambda: "written by another kernel" in there.log(), 10, what="the refusal")
     # The refusal sticks: no later round, which sees no change of its own, forgets it.
-    wait_for(lambda: role_of(there) == "unknown", TTL + 2, what="the refusal to answer")
+    wait_for(lambda: role_of(there) == "unknown", 2 * TTL + 2, what="the refusal to answer")
     roles = set()
     for _ in range(int(2 * TTL / RETRY)):
         time.sleep(RETRY)
