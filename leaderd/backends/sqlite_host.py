@@ -135,8 +135,8 @@ class ForeignWriters:
     """Notices a row that changes while it carries another kernel's boot id.
 
     The refusal sticks until the daemon restarts: a standby's waiter may be the read that
-    sees the change, and the round after it would see no change and lead on a file it
-    cannot judge expiry on."""
+    sees the change, and swallows the error; the round after it sees no change, and would
+    forget the refusal."""
 
     def __init__(self, path: str) -> None:
         self.path = path

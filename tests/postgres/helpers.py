@@ -11,7 +11,7 @@ from typing import Any
 
 import asyncpg
 
-from leaderd.backends import Backend, backend_from_url
+from leaderd.backends import Backend, Candidate, backend_from_url
 from tests.pgserver import PgServer
 
 SCHEMES = ("postgresql", "postgresql+advisory")
@@ -57,6 +57,19 @@ async def until(predicate: Callable[[], bool], timeout: float) -> bool:
 def session_pid(backend: Any, election: str) -> int:
     """The server process of an advisory backend's lock session for ``election``."""
     return int(backend._sessions[election].conn.get_server_pid())
+
+
+async def standby_session_pids(
+    standby: Backend, election: str, me: Candidate, holder: str, ttl: float, timeout: float
+) -> set[int]:
+    """Five standby rounds that each wait 0.2 s for the lock and name ``holder``: the
+    server processes their lock session ran on (one, when the session is kept)."""
+    pids = set()
+    for _ in range(5):
+        lease = await standby.acquire_or_renew(election, me, ttl=ttl, timeout=timeout, wait=0.2)
+        assert lease.holder == holder, lease
+        pids.add(session_pid(standby, election))
+    return pids
 
 
 WAITING_FOR_A_LOCK = (

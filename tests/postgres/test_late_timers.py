@@ -19,7 +19,13 @@ import pytest
 
 from leaderd.backends import Candidate
 from tests.pgserver import FakeTimeServer
-from tests.postgres.helpers import admin, lock_queue_empties, opened, session_pid, unique
+from tests.postgres.helpers import (
+    admin,
+    lock_queue_empties,
+    opened,
+    standby_session_pids,
+    unique,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -45,11 +51,7 @@ async def test_a_standby_names_the_leader_every_round_when_lock_timeout_fires_la
     u = late_timers(fake_time_server, app)
     async with opened(u, e) as a, opened(u, e) as b, admin(fake_time_server) as other:
         await a.acquire_or_renew(e, A, ttl=1.5, timeout=5)
-        pids = set()
-        for _ in range(5):
-            lease = await b.acquire_or_renew(e, B, ttl=1.5, timeout=0.4, wait=0.2)
-            assert lease.holder == A.node_id, lease
-            pids.add(session_pid(b, e))
+        pids = await standby_session_pids(b, e, B, A.node_id, ttl=1.5, timeout=0.4)
         # The LISTEN connection cancels each wait: the session is kept, no process per round.
         assert len(pids) == 1, f"the standby's session changed: server pids {sorted(pids)}"
         # The waits given up on leave the lock queue: none waits out the late timer.
