@@ -1,96 +1,25 @@
-"""A release that lands after the next renewal (docs/algorithm.md, "A release in doubt"):
-a proxy holds the leader's release well past the moment its engine gives up on it, then
-delivers it to the server and cuts the leader off. Had the leader renewed the same term and
-led in between, the late release would grant the lease to the standby while the old leader
-answered "leader" until its deadline: two leaders, which the referee reports."""
+"""A release held until after the next renewal, on both PostgreSQL backends (tests/held_release.py):
+the lease backend conditions its release on the version last answered, and the engine never
+leads again on a term whose release is in doubt; the advisory backend's release runs on the
+lock's own session, so no renewal can come between."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import subprocess
-import threading
-from collections.abc import Coroutine, Iterator
-from typing import Any, TypeVar
-
 import pytest
 
-from tests.chaos.proxy import FaultProxy
-from tests.daemons import Daemon, short_tempdir, wait_for
+from tests.held_release import leader_behind_a_proxy, resign_with_the_release_held
 from tests.pgserver import PgServer
 from tests.postgres.helpers import unique
-from tests.referee import Referee
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
-
-TTL, RENEW = 2.0, 0.5
-HOLD = 2.5  # past renew_interval (the engine gives up) and past a renewal or more
-T = TypeVar("T")
-
-
-class ProxyThread:
-    """A FaultProxy on its own event loop in a thread, for a test that drives processes."""
-
-    def __init__(self, pg: PgServer) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self._thread.start()
-        self.proxy = self.run(FaultProxy("node-a", pg.host, pg.port).start())
-
-    def run(self, step: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(step, self.loop).result(timeout=30)
-
-    def hold_next(self, pattern: bytes, seconds: float) -> None:
-        async def arm() -> None:
-            self.proxy.hold_next(pattern, seconds, then_blackhole=True)
-
-        self.run(arm())
-
-    def close(self) -> None:
-        self.run(self.proxy.close())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join()
-        self.loop.close()
-
-
-@contextlib.contextmanager
-def leader_behind_a_proxy(
-    pg: PgServer, scheme: str
-) -> Iterator[tuple[ProxyThread, Daemon, Daemon]]:
-    """node-a leads through the proxy; node-b follows on a direct connection."""
-    url = pg.dsn(scheme=scheme, table=unique("late"))
-    proxied = ProxyThread(pg)
-    workdir = short_tempdir()
-    via_proxy = url.replace(f":{pg.port}/", f":{proxied.proxy.port}/")
-    assert via_proxy != url
-    timing = {"ttl": TTL, "renew_interval": RENEW, "retry_interval": 0.25}
-    a = Daemon("node-a", via_proxy, workdir=workdir, **timing).start()
-    b = Daemon("node-b", url, workdir=workdir, **timing)
-    try:
-        a.wait_ready()
-        wait_for(a.is_leader, timeout=10, what="node-a to lead")
-        b.start().wait_ready()
-        wait_for(lambda: b.get("/leader")[1]["leader"], timeout=10, what="node-b to follow")
-        yield proxied, a, b
-    finally:
-        for d in (a, b):
-            d.kill()
-        proxied.close()
-        subprocess.run(["rm", "-rf", workdir], check=False)
 
 
 @pytest.mark.parametrize("scheme", ["postgresql", "postgresql+advisory"])
 def test_a_release_held_until_after_the_next_renewal_leaves_one_leader(
     pg: PgServer, scheme: str
 ) -> None:
-    with leader_behind_a_proxy(pg, scheme) as (proxied, a, b):
-        term = a.get("/leader")[1]["term"]
+    url = pg.dsn(scheme=scheme, table=unique("late"))
+    rewrite = (f":{pg.port}/", ":{port}/")
+    with leader_behind_a_proxy(url, (pg.host, pg.port), rewrite) as (proxied, a, b):
         # The resign's release names its end reason in its Bind: hold exactly that message.
-        proxied.hold_next(b"resigned", HOLD)
-        with Referee([a, b]) as referee:
-            assert a.post("/resign?cooldown=0")[0] == 200
-            proxied.run(proxied.proxy.held.wait())  # the release reached the server, late
-            wait_for(b.is_leader, timeout=TTL * 3, what="node-b to lead")
-            wait_for(lambda: not a.is_leader(), timeout=TTL * 2, what="node-a to step down")
-        assert b.get("/leader")[1]["term"] > term
-        assert max(referee.terms) > term
+        resign_with_the_release_held(proxied, a, b, b"resigned")
