@@ -38,6 +38,7 @@ log = logging.getLogger("leaderd.engine")
 StepDownHook = Callable[[str], Awaitable[None]]
 
 _Wake = Literal["poke", "change"] | Grant | LeaseLost | None
+_Held = tuple[int, str] | None  # a term this process holds, and the version last answered
 _WAKE_SPACING = 0.02  # a backend that reports changes nonstop gets at most one round per this
 _STALL_SLACK = 2.0  # how late a loop turn may be before /health reports a stall
 _HEARTBEATS_KEPT = 8  # own answered heartbeats a grant may count from (newest kept)
@@ -351,8 +352,7 @@ class Election:
             self._watchers.announce(self._snapshot(view, now))
 
     async def _hand_over(self) -> None:
-        """After leadership ended voluntarily: stop the child, then release the lease,
-        conditioned on the version the last answer showing it ours carried."""
+        """After leadership ended voluntarily: stop the child, then release the lease."""
         reason = EndReason.RESIGNED if self.state.resigned else EndReason.RELEASED
         self.state.resigned = False
         term = self.state.term_to_release()
@@ -378,8 +378,7 @@ class Election:
             async with asyncio.timeout(self.timing.renew_interval):
                 await release
         except (BackendError, TimeoutError) as exc:
-            # It may still land: never lead on this term again (docs/algorithm.md).
-            self.state.in_doubt.on_unknown(term)
+            self.state.in_doubt.on_unknown(term)  # it may land later: never lead on term again
             log.warning(
                 "could not release election %s, term %d: %s; it expires by itself within ttl",
                 self.name,
@@ -399,9 +398,7 @@ class Election:
         if to:
             self.state.on_reserved(to, term)
 
-    async def _own_lease(
-        self, default: tuple[int, str] | None, withdraw: bool = False
-    ) -> tuple[int, str] | None:
+    async def _own_lease(self, default: _Held, withdraw: bool = False) -> _Held:
         """The term and version of the lease if the backend says this node holds it, None
         if it does not; ``default`` if the backend cannot say. ``withdraw``: a stopping
         standby's last heartbeat, which no longer campaigns, so no release grants it the
