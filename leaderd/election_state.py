@@ -299,6 +299,7 @@ class ElectionState:
         leads; False: it may not lead now and gives the lease back; None: only a round can
         tell (old news, a term already seen, an answer lost in flight, a heartbeat too old)."""
         fresh = lease.held_by(self.candidate) and lease.term > self.high_water
+        fresh = fresh and not self.in_doubt.still_mine(lease, self.candidate)
         if not fresh or self.held_term is not None or self.maybe_held:
             return None
         if not self.campaigning(now):

@@ -61,6 +61,14 @@ def test_a_new_term_is_led_on_after_the_doubt_ended() -> None:
     assert (s.view(t).role, s.view(t).term) == (Role.LEADER, 2)
 
 
+def test_a_grant_of_a_new_term_ends_the_doubt_and_its_renewals_campaign() -> None:
+    s, t = resigned_in_doubt()
+    assert s.on_grant(held(ME, 2), t, t) is True
+    assert s.in_doubt.term is None and s.request(t).campaigning
+    s.on_lease(held(ME, 2), s.request(t), t, t)
+    assert (s.view(t).role, s.view(t).term) == (Role.LEADER, 2)
+
+
 def test_a_release_names_the_version_of_the_last_answer_that_showed_the_term_ours() -> None:
     mine = Lease("default", "node-a", "", 3, None, 5.0, ME.instance, "9")
     assert version_of(mine, ME, 3) == "9"
