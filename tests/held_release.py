@@ -17,9 +17,12 @@ from typing import Any, TypeVar
 from tests.chaos.proxy import FaultProxy
 from tests.daemons import Daemon, short_tempdir, wait_for
 from tests.referee import Referee
+from tests.switchover import listed_as_standby
 
 TTL, RENEW = 2.0, 0.5
-HOLD = 2.5  # past renew_interval (the engine gives up) and past a renewal or more
+# Past renew_interval (the engine gives up) and the renewal after it, within one ttl (an
+# etcd reservation's own lease, granted just before its transaction, must still be alive).
+HOLD = 3 * RENEW
 T = TypeVar("T")
 
 
@@ -74,15 +77,21 @@ def leader_behind_a_proxy(
         subprocess.run(["rm", "-rf", workdir], check=False)
 
 
+# How node-a resigns: its release grants the lease to node-b, or reserves it for node-b.
+RESIGNS = ("cooldown=0", "to=node-b&cooldown=0")
+
+
 def resign_with_the_release_held(
-    proxied: ProxyThread, a: Daemon, b: Daemon, release: bytes
+    proxied: ProxyThread, a: Daemon, b: Daemon, release: bytes, resign: str
 ) -> None:
-    """node-a resigns (no cooldown); the proxy holds the first message that contains
-    ``release``. The referee checks at-most-one-leader throughout; node-b ends up leading."""
+    """node-a resigns (``resign``: the query, no cooldown); the proxy holds the first message
+    that contains ``release``. The referee checks at-most-one-leader throughout; node-b ends
+    up leading."""
+    listed_as_standby(a, b.node_id, TTL)  # resign?to= names a live standby only
     term = a.get("/leader")[1]["term"]
     proxied.hold_next(release, HOLD)
     with Referee([a, b]) as referee:
-        assert a.post("/resign?cooldown=0")[0] == 200
+        assert a.post(f"/resign?{resign}")[0] == 200
         proxied.run(proxied.proxy.held.wait())  # the release reached the server, late
         wait_for(b.is_leader, timeout=TTL * 3, what="node-b to lead")
         wait_for(lambda: not a.is_leader(), timeout=TTL * 2, what="node-a to step down")

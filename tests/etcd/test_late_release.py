@@ -11,12 +11,15 @@ import pytest
 
 from leaderd.backends.etcd_gateway import b64
 from tests.etcd.cluster import EtcdCluster
-from tests.held_release import leader_behind_a_proxy, resign_with_the_release_held
+from tests.held_release import RESIGNS, leader_behind_a_proxy, resign_with_the_release_held
 
 pytestmark = pytest.mark.slow
 
 
-def test_a_release_held_until_after_the_next_renewal_leaves_one_leader(etcd: EtcdCluster) -> None:
+@pytest.mark.parametrize("resign", RESIGNS)
+def test_a_release_held_until_after_the_next_renewal_leaves_one_leader(
+    etcd: EtcdCluster, resign: str
+) -> None:
     prefix = f"/leaderd-test/{uuid.uuid4().hex[:10]}/"
     member = etcd.members[0]
     url = etcd.url(prefix=prefix, members=[member])
@@ -25,4 +28,4 @@ def test_a_release_held_until_after_the_next_renewal_leaves_one_leader(etcd: Etc
     # Only a release or a grant compares the leader key's mod revision.
     release = f'"key":"{b64(prefix + "default/leader")}","target":"MOD"'.encode()
     with leader_behind_a_proxy(url, (host, int(port)), rewrite) as (proxied, a, b):
-        resign_with_the_release_held(proxied, a, b, release)
+        resign_with_the_release_held(proxied, a, b, release, resign)
