@@ -63,6 +63,7 @@ class CommitWatcher:
             with suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        self._armed.set()  # a task cancelled before its first step never set it
         if self._conn is not None:
             self._conn.close()
             self._conn = None

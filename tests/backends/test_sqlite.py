@@ -297,6 +297,16 @@ async def test_a_commit_right_after_arming_wakes_the_waiters(
         await watcher.close()
 
 
+async def test_close_releases_a_waiter_whose_watch_never_ran(db: Path, opened: Opener) -> None:
+    await opened(db)
+    watcher = sqlite_wake.CommitWatcher(str(db), 0.003)
+    watcher.waiters = 1
+    arming = asyncio.create_task(watcher.arm())
+    await asyncio.sleep(0)  # arm() started the watch's task, which has not run yet
+    await watcher.close()  # cancelled before its first step: its own cleanup never runs
+    await asyncio.wait_for(arming, 10)
+
+
 HOLDER = """
 import asyncio, sys, time
 from leaderd.backends import Candidate, backend_from_url
