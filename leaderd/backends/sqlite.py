@@ -260,7 +260,7 @@ class SQLiteBackend(Backend):
         try:
             while not self._closed:
                 changed = self._commits.changed  # taken before the read: no commit slips by
-                self._commits.start()
+                await self._commits.arm()
                 lease, granted = await self._look_for_grant(election, deadline)
                 if seen is not None and _holding(lease) != seen[0]:
                     return granted
