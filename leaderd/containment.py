@@ -26,8 +26,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-# The init of a PID namespace: (argv, env, fd to report on, fd whose EOF says the keeper died).
-Init = Callable[[list[str], dict[str, str], int, int], NoReturn]
+from .keeper_protocol import DEADLINE, encode
+
+# The init of a PID namespace (leaderd/guard.py): (argv, env, fd to report on, fd of the
+# keeper's deadlines whose EOF says the keeper died, the lease deadline when it was forked).
+Init = Callable[[list[str], dict[str, str], int, int, float], NoReturn]
 
 
 # ---- processes, read from /proc and signalled without pid-reuse races ----
@@ -145,6 +148,7 @@ class Session:
         self.child = 0  # the keeper's child: COMMAND, or the init of a PID namespace
         self.reaped = False
         self.messages: int | None = None  # a pipe the child reports on, if any
+        self.deadline = math.inf  # the lease's self-fence deadline, as the keeper knows it
 
     def prepare(self) -> None:
         """Raise OSError if this containment is not available here."""
@@ -166,6 +170,13 @@ class Session:
 
     def join(self) -> None:
         """In COMMAND's process, before exec: enter the containment."""
+
+    def extend(self, deadline: float) -> None:
+        """A new lease deadline, for a guard of the tree that holds one (a PID namespace's)."""
+        self.deadline = deadline
+
+    def flush(self) -> None:
+        """Pass on a deadline the guard could not take yet."""
 
     def signal(self, signum: int) -> None:
         if not self.reaped:
@@ -248,6 +259,8 @@ class Pidns(Session):
     def __init__(self, init: Init) -> None:
         super().__init__()
         self.init = init
+        self._orders = -1  # the init's orders pipe: the keeper's deadlines
+        self._owed = False  # a deadline the init has not been told (its pipe was full)
 
     def prepare(self) -> None:
         if os.geteuid() == 0:
@@ -268,15 +281,32 @@ class Pidns(Session):
 
     def start(self, argv: list[str], env: dict[str, str], private: Sequence[int]) -> None:
         out_r, out_w = os.pipe()
-        alive_r, alive_w = os.pipe()  # its write end lives as long as the keeper
+        orders_r, orders_w = os.pipe()  # its write end lives as long as the keeper
         pid = os.fork()
         if pid == 0:
-            for fd in (*private, out_r, alive_w):
+            for fd in (*private, out_r, orders_w):
                 os.close(fd)
-            self.init(argv, env, out_w, alive_r)
+            self.init(argv, env, out_w, orders_r, self.deadline)
         os.close(out_w)
-        os.close(alive_r)
-        self.child, self.messages, self._alive = pid, out_r, alive_w
+        os.close(orders_r)
+        os.set_blocking(orders_w, False)  # a frozen init must not freeze its keeper
+        self.child, self.messages, self._orders = pid, out_r, orders_w
+
+    def extend(self, deadline: float) -> None:
+        super().extend(deadline)
+        self._owed = True
+        self.flush()
+
+    def flush(self) -> None:
+        if not self._owed or self._orders < 0:
+            return
+        try:
+            os.write(self._orders, encode(DEADLINE, repr(self.deadline)))  # atomic: < PIPE_BUF
+        except BlockingIOError:
+            return  # the init is frozen with a full pipe: again at the keeper's next turn
+        except OSError:
+            pass  # the init is gone
+        self._owed = False
 
     def signal(self, signum: int) -> None:
         if not self.reaped:  # the init passes SIGTERM to all; SIGKILL ends the namespace

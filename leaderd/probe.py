@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .containment import PR_SET_CHILD_SUBREAPER, prctl, why_not
 from .events import Event, extra
-from .keeper import CONTAINED, SKIPPED, Lines
+from .keeper_protocol import CONTAINED, SKIPPED, Lines
 
 log = logging.getLogger("leaderd.supervisor")
 

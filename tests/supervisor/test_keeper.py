@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from leaderd.clock import boottime
-from leaderd.keeper import DEADLINE, SIGNAL, STOP, Lines, encode
+from leaderd.keeper_protocol import DEADLINE, SIGNAL, STOP, Lines, encode
 from leaderd.probe import keeper_argv
 from tests.daemons import short_tempdir, wait_for
 from tests.supervisor.cluster import CONFINE
@@ -228,6 +228,35 @@ def test_a_later_deadline_keeps_the_command(keepers: list[Keeper], workdir: str)
     assert alive(command)
 
 
+def test_the_init_holds_the_deadline_when_the_keeper_is_frozen(keepers: list[Keeper],
+                                                               workdir: str) -> None:  # fmt: skip
+    """leaderd and the keeper both frozen: the init of the namespace, the last guard, ends the
+    whole tree by itself, and says so once the keeper can listen again."""
+    k = start(keepers, workdir, "worker", contain="pidns", deadline=boottime() + 2.0, grace=0.5)
+    command, (worker,) = k.running()
+    os.kill(k.proc.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: not alive(command) and not alive(worker), 10, interval=0.01)
+    finally:
+        os.kill(k.proc.pid, signal.SIGCONT)
+    assert k.wait_for("exit") == "-15 guard"
+
+
+def test_a_later_deadline_reaches_the_init(keepers: list[Keeper], workdir: str) -> None:
+    deadline = boottime() + 1.5
+    k = start(keepers, workdir, contain="pidns", deadline=deadline, grace=0.5)
+    command, _ = k.running(worker=False)
+    k.say(DEADLINE, repr(boottime() + 60))
+    k.say(SIGNAL, int(signal.SIGHUP))  # read after the deadline: the init has the deadline
+    wait_for(lambda: k.pids("hup"), 5)
+    os.kill(k.proc.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: boottime() > deadline + 0.5, 5)
+        assert alive(command), "the init ended the command at a deadline moved later"
+    finally:
+        os.kill(k.proc.pid, signal.SIGCONT)
+
+
 def test_lifeline_eof_kills_everything_at_once(keepers: list[Keeper], workdir: str,
                                                contain: str) -> None:  # fmt: skip
     k = start(keepers, workdir, "worker", "ignore-term", contain=contain, grace=30)
@@ -322,14 +351,15 @@ def _python_for(user: str) -> str:
 
 def test_the_keeper_is_standard_library_only() -> None:
     """It runs as `python -I -S`: nothing from site-packages, nothing from the environment."""
-    for module in ("keeper", "containment"):
+    for module in ("keeper", "keeper_protocol", "guard", "containment"):
         tree = ast.parse(Path(f"leaderd/{module}.py").read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
                 if node.level:  # relative: only the keeper's own modules
-                    assert node.module in ("containment",), node.module
+                    ours = [node.module] if node.module else [a.name for a in node.names]
+                    assert set(ours) <= {"keeper_protocol", "guard", "containment"}, ours
                     continue
                 names = [node.module or ""]
             else:
