@@ -1,17 +1,18 @@
-"""The last guard of COMMAND's tree: PID 1 of its PID namespace (docs/run.md, "Who ends the
-tree when something fails").
+"""The last guard of COMMAND's tree: PID 1 of its PID namespace, or without one, its parent
+and a child subreaper (docs/run.md, "Who ends the tree when something fails").
 
 A fork of the keeper (standard library only, like it). It starts COMMAND, reaps every orphan,
 passes signals on, and tells the keeper COMMAND's pid and exit code. It also holds the lease
 deadline, which only the keeper's ``deadline T`` lines (leaderd's renewals) move later, and
 enforces it by itself: if leaderd and the keeper are frozen together, it SIGTERMs the whole
-namespace after both had their turn, and SIGKILLs it just before the deadline, so nothing of
-the tree is left when the deadline comes. The timer is a timerfd on CLOCK_BOOTTIME, like the
-keeper's. The keeper's death (EOF on the orders pipe, or ``PR_SET_PDEATHSIG``) ends the guard
-at once, and the kernel ends the namespace with it.
+tree after both had their turn, and SIGKILLs it just before the deadline, so nothing of it is
+left when the deadline comes. The timer is a timerfd on CLOCK_BOOTTIME, like the keeper's.
+The keeper's death (EOF on the orders pipe, or ``PR_SET_PDEATHSIG``) ends the guard at once;
+in a PID namespace the kernel ends the namespace with it, elsewhere COMMAND dies with it
+(``PR_SET_PDEATHSIG``) and its other descendants become the keeper's, or leaderd's.
 
 In a namespace, PID 1 ignores the signals it has no handler for, so COMMAND can neither kill
-nor stop it; from outside, SIGKILL can.
+nor stop it; from outside, SIGKILL can. Without a namespace COMMAND can kill its guard.
 """
 
 from __future__ import annotations
@@ -23,7 +24,16 @@ import signal
 import subprocess
 from typing import NoReturn
 
-from .containment import PR_SET_PDEATHSIG, Timer, boottime, children, prctl, why_not
+from .containment import (
+    PR_SET_CHILD_SUBREAPER,
+    PR_SET_PDEATHSIG,
+    Session,
+    Timer,
+    boottime,
+    children,
+    prctl,
+    why_not,
+)
 from .keeper_protocol import DEADLINE, ERROR, EXIT, EXITED, GUARDED, PID, Lines, encode
 
 _AGAIN = 0.1  # how often SIGKILL is sent again, for whatever was forked meanwhile
@@ -42,15 +52,16 @@ def kill_at(deadline: float, grace: float) -> float:
 
 
 class Guard:
-    """One namespace's init: COMMAND's pid, the deadline, and the line pipes to the keeper."""
+    """One tree's guard: COMMAND's pid, the deadline, and the line pipes to the keeper."""
 
-    def __init__(self, out: int, orders: int, deadline: float, grace: float) -> None:
-        self.out, self.orders = out, orders
-        self.deadline, self.grace = deadline, grace
+    def __init__(self, tree: Session, out: int, orders: int, grace: float) -> None:
+        self.tree, self.out, self.orders = tree, out, orders
+        self.deadline, self.grace = tree.deadline, grace
         self.command = 0  # COMMAND's pid in the namespace, until it is reaped
         self.proc: subprocess.Popen[bytes] | None = None
         self.why = EXITED  # GUARDED once the guard itself began to end the tree
         self.terminated, self.killed = False, 0.0
+        self.me = os.getpid()
         self.lines = Lines()
         self.timer = Timer()
         self.wake, wake_w = os.pipe()
@@ -60,13 +71,21 @@ class Guard:
 
     def start(self, argv: list[str], env: dict[str, str]) -> None:
         try:
-            self.proc = subprocess.Popen(argv, env=env, process_group=0)
+            self.proc = subprocess.Popen(
+                argv, env=env, process_group=0, preexec_fn=self._in_command
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             os.write(self.out, encode(ERROR, why_not(exc)))
             os._exit(127)
         self.command = self.proc.pid
         me = int(os.readlink("/proc/self"))  # /proc is the host's: the host pids
         os.write(self.out, encode(PID, next(iter(children(me)), 0)))
+
+    def _in_command(self) -> None:  # safe: the guard is single-threaded
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with its guard, even SIGKILLed
+        if os.getppid() != self.me:
+            os._exit(1)
+        self.tree.join()
 
     def run(self) -> NoReturn:
         while True:
@@ -113,10 +132,10 @@ class Guard:
         """The deadline came and nobody moved it: end the tree, whatever else is frozen."""
         if now >= kill_at(self.deadline, self.grace):
             self.why, self.terminated, self.killed = GUARDED, True, now
-            everyone(signal.SIGKILL)
+            self.tree.everyone(signal.SIGKILL)
         elif now >= term_at(self.deadline, self.grace) and not self.terminated:
             self.why, self.terminated = GUARDED, True
-            everyone(signal.SIGTERM)
+            self.tree.everyone(signal.SIGTERM)
 
     def next_due(self) -> float:
         return (
@@ -131,25 +150,20 @@ class Guard:
                 os.kill(self.command, signum)
 
 
-def everyone(signum: int) -> None:
-    """Signal every process of the namespace but its init (kill(-1) from PID 1)."""
-    with contextlib.suppress(OSError):
-        os.kill(-1, signum)
-
-
 def init(
-    argv: list[str], env: dict[str, str], out: int, orders: int, deadline: float, *, grace: float
+    tree: Session, argv: list[str], env: dict[str, str], out: int, orders: int, *, grace: float
 ) -> NoReturn:
-    """PID 1 of COMMAND's namespace: ``out`` reports to the keeper, ``orders`` carries the
-    keeper's deadlines, ``deadline`` and ``grace`` are the lease's when it was forked."""
+    """The guard of ``tree`` (in a PID namespace, its PID 1): ``out`` reports to the keeper,
+    ``orders`` carries the keeper's deadlines, the first of them is ``tree.deadline``."""
     try:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of the tree become the guard's
         signal.set_wakeup_fd(-1)
-        guard = Guard(out, orders, deadline, grace)
+        guard = Guard(tree, out, orders, grace)
         guard.take_orders()  # the keeper died before prctl: its EOF is already there
         signal.signal(signal.SIGCHLD, _nothing)  # a handler, so that SIGCHLD wakes select
         signal.signal(signal.SIGINT, _nothing)  # a handler, not SIG_IGN: exec resets it
-        signal.signal(signal.SIGTERM, lambda _signum, _frame: everyone(signal.SIGTERM))
+        signal.signal(signal.SIGTERM, lambda _signum, _frame: tree.everyone(signal.SIGTERM))
         for signum in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(signum, lambda signum, _frame: guard.forward(signum))
         guard.start(argv, env)

@@ -7,7 +7,7 @@ and the read end of the *report* pipe; the lines defined below are all the two e
 The keeper starts COMMAND in the best containment the host allows (leaderd/containment.py),
 stops its whole tree when leaderd says so, by itself at the lease deadline if leaderd is
 frozen (a dead man's switch on CLOCK_BOOTTIME, which counts suspend), and at once if leaderd
-dies (the lifeline reads EOF). In a PID namespace it passes every deadline on to the init
+dies (the lifeline reads EOF). It passes every deadline on to the guard of the tree
 (leaderd/guard.py), which holds one too, for when the keeper is frozen as well. It reports
 the end, and exits, only once the tree is gone.
 """
@@ -48,7 +48,6 @@ from .keeper_protocol import (
     GUARDED,
     LOST,
     ORPHANED,
-    PID,
     SIGNAL,
     SKIPPED,
     STOP,
@@ -92,8 +91,6 @@ class Keeper:
             self.tell(EXIT, 127, EXITED)  # nothing was started: nothing is left
             os._exit(127)
         self.tell(CONTAINED, self.tree.mode, self.tree.handle())
-        if self.tree.command:
-            self.tell(PID, self.tree.command)
         while not self.finished():
             self.turn()
         code = self.child_code if self.status is None else self.status
@@ -123,7 +120,7 @@ class Keeper:
         self.take_input(min(1.0, max(0.0, due - now)))
 
     def take_input(self, timeout: float) -> None:
-        """Wait up to ``timeout`` for leaderd, the init, a signal or the timer; handle it."""
+        """Wait up to ``timeout`` for leaderd, the guard, a signal or the timer; handle it."""
         fds = [self.wake, self.timer.fd, *([] if self.orphaned else [self.life])]
         fds += [] if self.tree.messages is None else [self.tree.messages]
         for fd in select.select(fds, [], [], timeout)[0]:
@@ -156,7 +153,7 @@ class Keeper:
                 self.tree.forward(int(rest))
 
     def on_messages(self) -> None:
-        """What the init of a PID namespace says: COMMAND's pid, start error or exit code."""
+        """What the guard says: COMMAND's pid, start error or exit code."""
         assert self.tree.messages is not None
         data = os.read(self.tree.messages, 4096)
         if not data:
@@ -166,7 +163,7 @@ class Keeper:
             if word == EXIT:
                 code, _, why = rest.partition(" ")
                 self.status = int(code)
-                if why == GUARDED and not self.stopping:  # the init ended it by itself
+                if why == GUARDED and not self.stopping:  # the guard ended it by itself
                     self.stop(GUARDED, self.deadline)
                 continue
             if word == ERROR:
@@ -187,12 +184,10 @@ class Keeper:
                 self.on_child_end()
 
     def on_child_end(self) -> None:
-        if self.tree.messages is not None:  # the init's last words come before its end
+        if self.tree.messages is not None:  # the guard's last words come before its end
             self.on_messages()
-        if not isinstance(self.tree, Pidns):
-            self.status = self.child_code
-        elif self.status is None and not self.stopping:
-            self.why = LOST  # the init died, and nobody here ended it
+        if self.status is None and not self.stopping:
+            self.why = LOST  # the guard died, and nobody here ended it
 
 
 def _nothing(_signum: int, _frame: object) -> None:

@@ -14,7 +14,7 @@ STOP = "stop"  # SIGTERM the whole tree now, SIGKILL at min(now + grace, deadlin
 SIGNAL = "signal"  # signal N: pass signal N on to COMMAND itself
 # keeper -> leaderd, on the report pipe; the guard tells the keeper PID, ERROR and EXIT.
 SKIPPED = "skipped"  # skipped MODE WHY: a better containment that is not available here
-CONTAINED = "contained"  # contained MODE HANDLE: pidns INIT_PID | cgroup PATH | session PGID
+CONTAINED = "contained"  # contained MODE HANDLE: pidns INIT_PID | cgroup PATH | session GUARD_PID
 PID = "pid"  # pid N: COMMAND runs, as host pid N
 ERROR = "error"  # error WHY: COMMAND could not be started
 EXIT = "exit"  # exit CODE WHY: the whole tree is gone; CODE as in subprocess (-N: signal N)

@@ -42,8 +42,8 @@ _BACKOFF_FIRST, _BACKOFF_MAX = 1.0, 30.0
 # Who stopped the child at the lease deadline when leaderd did not (docs/run.md).
 _LATE = {
     DEADLINE_PASSED: "its keeper stopped it at the lease deadline, leaderd did not act in time",
-    GUARDED: "the init of its PID namespace stopped it at the lease deadline, neither leaderd "
-    "nor its keeper acted in time",
+    GUARDED: "the guard of its process tree stopped it at the lease deadline, neither "
+    "leaderd nor its keeper acted in time",
 }
 
 

@@ -104,7 +104,8 @@ def test_daemon_and_keeper_killed_together_take_every_worker(cluster: Cluster) -
 def test_keeper_killed_while_the_daemon_is_frozen(contained: Cluster) -> None:
     """The attacker's order: freeze leaderd first, then kill the keeper. In a PID namespace
     the kernel ends the tree at once; without one, a worker that left the command lives
-    until leaderd wakes up (docs/run.md, "What is guaranteed where"), and not a moment more."""
+    until leaderd wakes up (docs/run.md, "Who ends the tree when something fails"), and not
+    a moment more."""
     cluster = contained
     job, pids = cluster.start_job("a", "--setsid-worker", "--fork-worker")
     a = cluster.daemon("a")

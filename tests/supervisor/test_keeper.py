@@ -228,11 +228,13 @@ def test_a_later_deadline_keeps_the_command(keepers: list[Keeper], workdir: str)
     assert alive(command)
 
 
-def test_the_init_holds_the_deadline_when_the_keeper_is_frozen(keepers: list[Keeper],
-                                                               workdir: str) -> None:  # fmt: skip
-    """leaderd and the keeper both frozen: the init of the namespace, the last guard, ends the
-    whole tree by itself, and says so once the keeper can listen again."""
-    k = start(keepers, workdir, "worker", contain="pidns", deadline=boottime() + 2.0, grace=0.5)
+def test_the_guard_holds_the_deadline_when_the_keeper_is_frozen(keepers: list[Keeper],
+                                                                workdir: str,
+                                                                contain: str) -> None:  # fmt: skip
+    """leaderd and the keeper both frozen: the guard (the init of the namespace, or without
+    one the command's parent) ends the whole tree by itself, and says so once the keeper can
+    listen again."""
+    k = start(keepers, workdir, "worker", contain=contain, deadline=boottime() + 2.0, grace=0.5)
     command, (worker,) = k.running()
     os.kill(k.proc.pid, signal.SIGSTOP)
     try:

@@ -2,9 +2,10 @@
 "Who ends the tree when something fails").
 
 leaderd and its keeper frozen together (one SIGSTOP each, as a debugger or a cgroup freezer
-applied to both does) must not let the command outlive the lease: the init of its PID
-namespace ends the whole tree before the deadline, and a standby's job starts only after.
-The jobs' flock is the kernel's proof: a job that starts beside a live one writes "busy".
+applied to both does) must not let the command outlive the lease: its guard (the init of its
+PID namespace; without one, its subreaper parent) ends the whole tree before the deadline,
+and a standby's job starts only after. The jobs' flock is the kernel's proof: a job that
+starts beside a live one writes "busy". Run once per containment.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def successor(workdir: str, term: int) -> str | None:
     return None
 
 
-def test_daemon_and_keeper_frozen_together_cannot_keep_the_job(cluster: Cluster) -> None:
+def test_daemon_and_keeper_frozen_together_cannot_keep_the_job(contained: Cluster) -> None:
+    cluster = contained
     job, workers = cluster.start_job("a", "--setsid-worker", "--fork-worker")
     (first,) = events(cluster.workdir, "start")
     a = cluster.daemon("a")
