@@ -186,8 +186,8 @@ class Keeper:
     def on_child_end(self) -> None:
         if self.tree.messages is not None:  # the guard's last words come before its end
             self.on_messages()
-        if self.status is None and not self.stopping:
-            self.why = LOST  # the guard died, and nobody here ended it
+        if self.status is None and not self.stopping:  # the guard died, nobody here ended it
+            self.stop(LOST, boottime())  # what it held is the keeper's now: end it at once
 
 
 def _nothing(_signum: int, _frame: object) -> None:
