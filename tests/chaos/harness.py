@@ -55,7 +55,7 @@ FAULTS = {
 }
 FAULTS["advisory"] = FAULTS["postgresql"]
 # Only with Settings.supervise: every daemon runs tests/chaos/command.py under its keeper.
-KEEPER_FAULTS = ("keeper_sigkill", "keeper_sigstop")
+KEEPER_FAULTS = ("keeper_sigkill", "keeper_sigstop", "both_sigstop")
 ALL_FAULTS = tuple(
     dict.fromkeys(FAULTS["sqlite"] + FAULTS["postgresql"] + ETCD_FAULTS + KEEPER_FAULTS)
 )
@@ -507,6 +507,29 @@ class Chaos:
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(keeper, signal.SIGCONT)
+        fault.healed = time.monotonic()
+
+    async def _fault_both_sigstop(self, fault: Fault) -> None:
+        """SIGSTOP the leader and its keeper together (a debugger, a freezer on both): the
+        guard of the command's tree must end it before the lease can expire (docs/run.md).
+        SIGCONT after a drawn pause, as for sigstop, the keeper first."""
+        node = self._node(fault)
+        keeper = await _keeper_of(node.daemon.pid)
+        fault.params["keeper"] = keeper
+        if keeper is None:
+            return
+        fault.params["stopped_s"] = pause = round(self._pause(), 3)
+        node.stopped = True
+        frozen = (node.daemon.pid, keeper)
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(pause)
+        finally:
+            for pid in reversed(frozen):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+            node.stopped = False
         fault.healed = time.monotonic()
 
     async def _fault_db_lock(self, fault: Fault) -> None:

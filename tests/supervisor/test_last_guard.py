@@ -22,6 +22,7 @@ from tests.supervisor.cluster import Cluster
 from tests.supervisor.records import (
     alive,
     check_one_job_at_a_time,
+    children,
     events,
     keeper_of,
 )
@@ -60,3 +61,21 @@ def test_daemon_and_keeper_frozen_together_cannot_keep_the_job(contained: Cluste
     # Resumed, leaderd finds the deadline passed and stands by: no internal failure.
     wait_for(lambda: re.search(rf"child pid {job} (exited|was killed)", a.log()), 10)
     assert a.alive() and "internal failure" not in a.log()
+
+
+def test_a_frozen_guard_cannot_keep_the_job_past_a_step_down(contained: Cluster) -> None:
+    cluster = contained
+    job, workers = cluster.start_job("a", "--setsid-worker")
+    a = cluster.daemon("a")
+    (guard,) = children(keeper_of(a.pid))
+    os.kill(guard, signal.SIGSTOP)
+    try:
+        assert a.post("/resign")[0] == 200
+        wait_for(lambda: "released election default" in a.log(), 15, what="the release")
+        left = [pid for pid in (job, *workers) if alive(pid)]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(guard, signal.SIGCONT)
+    assert not left, "released while the tree of a frozen guard still ran"
+    assert a.alive() and "internal failure" not in a.log()
+    check_one_job_at_a_time(cluster.workdir)
