@@ -59,6 +59,12 @@ from .keeper_protocol import (
 # ---- the keeper ----
 
 
+def switch_at(deadline: float, grace: float) -> float:
+    """When the keeper's dead man's switch SIGTERMs the tree: just after leaderd's turn (at
+    ``deadline - grace``), before the guard's (leaderd/guard.py)."""
+    return deadline - grace + min(0.25, grace / 4)
+
+
 class Keeper:
     """One command's life: start it, keep the dead man's switch, stop it, report its end."""
 
@@ -107,7 +113,7 @@ class Keeper:
     def turn(self) -> None:
         self.tree.flush()
         now = boottime()
-        switch = self.deadline - self.grace + min(0.25, self.grace / 4)  # leaderd acts first
+        switch = switch_at(self.deadline, self.grace)
         if not self.stopping and self.status is not None:
             self.stop(EXITED, min(now + self.grace, self.deadline))  # what is left of it
         elif not self.stopping and now >= switch:

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from leaderd.clock import boottime
+from leaderd.guard import kill_at, term_at
+from leaderd.keeper import switch_at
 from leaderd.keeper_protocol import DEADLINE, SIGNAL, STOP, Lines, encode
 from leaderd.probe import keeper_argv
 from tests.daemons import short_tempdir, wait_for
@@ -226,6 +228,16 @@ def test_a_later_deadline_keeps_the_command(keepers: list[Keeper], workdir: str)
     k.say(DEADLINE, repr(boottime() + 60))
     time.sleep(1.6)
     assert alive(command)
+
+
+@pytest.mark.parametrize("grace", [0.01, 0.5, 5.0, 60.0])
+def test_the_guard_acts_last_and_is_done_before_the_deadline(grace: float) -> None:
+    """leaderd SIGTERMs at deadline - grace, then the keeper, then the guard; the guard's
+    SIGKILL comes before the deadline, so its end is complete when the deadline comes."""
+    deadline = boottime() + 100.0
+    order = [deadline - grace, switch_at(deadline, grace), term_at(deadline, grace)]
+    assert order == sorted(order) and len(set(order)) == 3
+    assert order[-1] < kill_at(deadline, grace) < deadline
 
 
 def test_the_guard_holds_the_deadline_when_the_keeper_is_frozen(keepers: list[Keeper],
