@@ -55,7 +55,7 @@ FAULTS = {
 }
 FAULTS["advisory"] = FAULTS["postgresql"]
 # Only with Settings.supervise: every daemon runs tests/chaos/command.py under its keeper.
-KEEPER_FAULTS = ("keeper_sigkill", "keeper_sigstop")
+KEEPER_FAULTS = ("keeper_sigkill", "keeper_sigstop", "both_sigstop")
 ALL_FAULTS = tuple(
     dict.fromkeys(FAULTS["sqlite"] + FAULTS["postgresql"] + ETCD_FAULTS + KEEPER_FAULTS)
 )
@@ -472,13 +472,17 @@ class Chaos:
         node.stopped = False
         fault.healed = time.monotonic()
 
+    async def _leader_keeper(self, fault: Fault) -> tuple[Node, int | None]:
+        """The fault's node and its keeper (None if it runs no command now), noted."""
+        node = self._node(fault)
+        fault.params["keeper"] = keeper = await _keeper_of(node.daemon.pid)
+        return node, keeper
+
     async def _fault_keeper_sigkill(self, fault: Fault) -> None:
         """SIGKILL the leader's keeper: the command's whole tree (its setsid worker too) must
         die with it, and the daemon must call it an internal failure (exit 1), releasing only
         once the tree is gone. Restarted after 0.2-2 s."""
-        node = self._node(fault)
-        keeper = await _keeper_of(node.daemon.pid)
-        fault.params["keeper"] = keeper
+        node, keeper = await self._leader_keeper(fault)
         if keeper is None:
             return
         node.down = True
@@ -494,9 +498,7 @@ class Chaos:
         """SIGSTOP the leader's keeper and make that leader step down (POST /resign): leaderd
         must end the tree (a setsid worker ignoring SIGTERM) itself before it releases.
         SIGCONT after a drawn pause, as for sigstop (if the keeper still exists)."""
-        node = self._node(fault)
-        keeper = await _keeper_of(node.daemon.pid)
-        fault.params["keeper"] = keeper
+        node, keeper = await self._leader_keeper(fault)
         if keeper is None:
             return
         fault.params["stopped_s"] = pause = round(self._pause(), 3)
@@ -507,6 +509,27 @@ class Chaos:
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(keeper, signal.SIGCONT)
+        fault.healed = time.monotonic()
+
+    async def _fault_both_sigstop(self, fault: Fault) -> None:
+        """SIGSTOP the leader and its keeper together (a debugger, a freezer on both): the
+        guard of the command's tree must end it before the lease can expire (docs/run.md).
+        SIGCONT after a drawn pause, as for sigstop, the keeper first."""
+        node, keeper = await self._leader_keeper(fault)
+        if keeper is None:
+            return
+        fault.params["stopped_s"] = pause = round(self._pause(), 3)
+        node.stopped = True
+        frozen = (node.daemon.pid, keeper)
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(pause)
+        finally:
+            for pid in reversed(frozen):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+            node.stopped = False
         fault.healed = time.monotonic()
 
     async def _fault_db_lock(self, fault: Fault) -> None:
