@@ -79,6 +79,8 @@ class Daemon:
                 return EXIT_USAGE
             self._teardown.callback(self._unix.remove)
             backend = self.metrics.wrap(backend_from_url(cfg.backend))
+            if self.command:
+                backend.ttl_rule_only()  # the command may outlive this process's death
             self._teardown.push_async_callback(_quietly, backend.close)
             if not await self._open_backend(backend):
                 return EXIT_FAILURE

@@ -255,6 +255,9 @@ class MeteredBackend(Backend):
             raise AttributeError(name)
         return getattr(self.inner, name)
 
+    def ttl_rule_only(self) -> None:
+        self.inner.ttl_rule_only()
+
     @classmethod
     def from_url(cls, url: str) -> Backend:
         raise TypeError("MeteredBackend wraps a built backend: use Metrics.wrap(backend)")

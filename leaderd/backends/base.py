@@ -14,7 +14,11 @@ Contract shared by every backend (the contract test suite checks it):
 * A lease that was not released is taken over only when the backend judges it expired
   *and* the engine names the exact ``version`` it has watched stay unchanged for one
   ttl on its own clock (``takeover``): a step of the backend's clock alone cannot cut
-  a live holder's lease short (docs/algorithm.md, same section).
+  a live holder's lease short (docs/algorithm.md, same section). One exception, sqlite://
+  only: a backend that has the kernel's proof that the holder's process is dead (its holder
+  lock freed, sqlite_proof.py) takes its lease over in the claim itself, even with
+  ``takeover=""``; a holder that recorded no proof is waited out by the rule above
+  (docs/algorithm.md, "Crash failover on one host").
 * ``term`` strictly increases on every acquisition (a new holder, or the same
   holder again after its lease expired or was released), and is at least the
   ``min_term`` the engine asks for (its high-water mark + 1); a renewal keeps it.
@@ -192,6 +196,12 @@ class Backend(abc.ABC):
         (docs/algorithm.md, "One-write hand-over")."""
         return False
 
+    def ttl_rule_only(self) -> None:
+        """This daemon supervises a command that may outlive it: its leases are taken over
+        by the one-ttl rule only, never on a proof of its process's death. A no-op for
+        backends that prove no deaths."""
+        return None
+
     @abc.abstractmethod
     async def open(self, elections: Sequence[str]) -> None:
         """Prepare storage (create the file, tables, connections) for these elections.
@@ -234,7 +244,10 @@ class Backend(abc.ABC):
            id (``Lease.reserved_against``): an acquisition, which ends any reservation;
         3. another holder's lease is expired by the backend's clock *and* its current
            ``version`` equals ``takeover`` (what the engine watched for one ttl): an
-           acquisition. With ``takeover=""`` an unreleased lease is never taken.
+           acquisition. With ``takeover=""`` an unreleased lease is never taken;
+        4. (sqlite:// only) another holder's lease, live or not, whose row carries a proof
+           that the backend shows dead in this very request: the kernel freed that holder's
+           lock on the inode the row names. An acquisition, whatever ``takeover`` says.
 
         An acquisition takes ``max(term + 1, min_term)`` and must be durable before the
         answer is sent. Otherwise nothing changes and the current holder is returned.

@@ -25,6 +25,7 @@ class EndReason(StrEnum):
     RESIGNED = "resigned"  # the holder released it on POST /resign
     EXPIRED = "expired"  # it lapsed; its holder (or etcd's lessor) let it go by itself
     TAKEN_OVER = "taken over after expiry"  # another holder took the lapsed lease
+    HOLDER_DIED = "holder died"  # its process died: the kernel freed its holder lock (SQLite)
     LOST_BACKEND = "lost the backend"  # the holder stepped down unable to reach the backend
 
 

@@ -57,7 +57,7 @@ class CommitWatcher:
 
     async def close(self) -> None:
         self._closed = True
-        self._wake()
+        self.wake()
         if self._task is not None:
             self._task.cancel()
             with suppress(asyncio.CancelledError):
@@ -68,7 +68,8 @@ class CommitWatcher:
             self._conn.close()
             self._conn = None
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
+        """Wake every waiter now (a commit, or anything else worth a fresh read)."""
         self.changed.set()
         self.changed = asyncio.Event()
 
@@ -130,7 +131,7 @@ class CommitWatcher:
             version = _data_version(conn)
             if version is not None and version != last:
                 last, fast_until = version, 0.0
-                self._wake()
+                self.wake()
 
 
 def _read_write_uri(path: str) -> str:

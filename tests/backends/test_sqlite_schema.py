@@ -1,4 +1,4 @@
-"""The SQLite lease table's schema versions: a schema-2 file is upgraded to 3 in place."""
+"""The SQLite lease table's schema versions: an older file is upgraded in place."""
 
 from __future__ import annotations
 
@@ -46,9 +46,9 @@ async def test_a_schema_2_file_gains_the_reservation_columns_and_keeps_its_terms
         for backend in backends:
             await backend.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
         columns = [row[1] for row in conn.execute("PRAGMA table_info(leaderd_lease)")]
-        assert columns[-2:] == ["reserved_for", "reserved_until"]
+        assert columns[-3:] == ["reserved_for", "reserved_until", "proof"]
         row = conn.execute(
             "SELECT holder, reserved_for FROM leaderd_lease WHERE election = ?", (E,)
         )
