@@ -82,22 +82,44 @@ def test_a_frozen_holder_keeps_its_lease(workdir: str) -> None:
         assert not b.is_leader()
 
 
+def tree_of(pid: int) -> list[list[int]]:
+    """The processes below ``pid`` by depth: [children, grandchildren, ...] (from /proc)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        with suppress(OSError, ValueError, IndexError):
+            stat = (entry / "stat").read_text()
+            parents[int(entry.name)] = int(stat.rpartition(")")[2].split()[1])
+    levels, level = [], [pid]
+    while level := [p for p, parent in parents.items() if parent in level]:
+        levels.append(level)
+    return levels
+
+
+def alive(pid: int) -> bool:
+    with suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    return False
+
+
 def test_a_sigkilled_daemon_whose_command_lives_on_is_waited_out(workdir: str) -> None:
-    pidfile = Path(workdir) / "command.pid"
-    command = ["sh", "-c", f"echo $$ > {pidfile}; exec sleep 600"]
-    a = started("a", workdir, command=command)[0]
+    a = started("a", workdir, command=["sleep", "600"])[0]
     wait_for(a.is_leader, 10, what="a to lead")
-    pid = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 10))
+    # leaderd -> keeper -> guard -> command: wait until the command runs.
+    levels = wait_for(lambda: (t := tree_of(a.pid)) and len(t) >= 3 and t, 10, what="the tree")
+    keeper_and_guard, command = levels[0] + levels[1], [p for lv in levels[2:] for p in lv]
     (b,) = started("b", workdir)
     try:
         with Referee([a, b]):
+            for pid in keeper_and_guard:  # they would kill the tree the instant leaderd dies
+                os.kill(pid, signal.SIGSTOP)
             os.kill(a.pid, signal.SIGKILL)  # leaderd alone: its command runs on
             a.wait()
             nobody_else_leads([b], 4.0)
-            os.kill(pid, 0)  # the command still lives, and nobody else led meanwhile
+            assert all(alive(pid) for pid in command)  # it did live on all that time
     finally:
-        with suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+        for pid in keeper_and_guard + command:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("how", ["replaced", "deleted"])
