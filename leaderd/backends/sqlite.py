@@ -195,7 +195,7 @@ class SQLiteBackend(Backend):
         now = boottime()  # read under the write lock: no one can commit in between
         before = fetch(db, self._select, election)
         self._check_foreign(election, before)
-        proof, gone = self._proof.ask(election, me.instance, before and (before[1], before[10]))
+        proof, gone = self._proof.ask(election, me.instance, self._holder_proof(before))
         wall = time.time()
         db.execute(
             CAS.format(table=self.table),
@@ -275,13 +275,13 @@ class SQLiteBackend(Backend):
         self._commits.waiters += 1
         try:
             while not self._closed:
+                if self._proof.freed(election):
+                    return None  # the holder died: its lock is ours, a round takes over
                 changed = self._commits.changed  # taken before the read: no commit slips by
                 await self._commits.arm()
                 lease, granted = await self._look_for_grant(election, deadline)
                 if seen is not None and _holding(lease) != seen[0]:
                     return granted
-                if self._proof.freed(election):
-                    return None  # the holder died: its lock is ours, a round takes over
                 self._proof.watch(election, self._commits.wake)
                 seen = seen or (_holding(lease), None)
                 remaining = deadline - boottime()
@@ -410,6 +410,13 @@ class SQLiteBackend(Backend):
         """How a member's heartbeat is timed: this host's clocks, and the member's ttl."""
         return {"wall": iso(time.time()), "boot_id": self._boot_id, "now": now, "ttl": ttl}
 
+    def _holder_proof(self, row: Row | None) -> tuple[str, str | None]:
+        """The row's holder instance and proof; no proof from another kernel's boot, whose
+        locks this kernel cannot see (docs/algorithm.md, "Crash failover on one host")."""
+        if row is None:
+            return "", None
+        return row[1], row[10] if row[5] == self._boot_id else None
+
     def _check_foreign(self, election: str, row: Row | None) -> None:
         if row is not None:
             self._foreign.check(election, row[5], row[7], self._boot_id)
@@ -422,7 +429,7 @@ class SQLiteBackend(Backend):
         else:
             lease = replace(_lease(election, row, now, self._boot_id), members=members)
             self._foreign.check(election, row[5], row[7], self._boot_id)
-            self._proof.saw(election, lease.instance, row[10])
+            self._proof.saw(election, *self._holder_proof(row))
         # A holder's lease lapsing, or a reservation ending, is a change waiters must hear of.
         left = lease.expires_in or lease.reserved_in
         lapse = None if not left else now + left

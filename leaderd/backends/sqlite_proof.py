@@ -73,13 +73,13 @@ class HolderLock:
         self._fd, self._identity = fd, (st.st_dev, st.st_ino)
 
     def ask(
-        self, election: str, instance: str, holder: tuple[str, str | None] | None
+        self, election: str, instance: str, holder: tuple[str, str | None]
     ) -> tuple[str | None, str | None]:
         """Inside a claim's write transaction: the proof ``instance`` records (None: none),
         and the proof of the row's ``holder`` (instance, proof) its lock shows gone."""
         self._instance = instance
         mine = self.claim(election, instance)
-        if holder is None or holder[0] == instance:
+        if holder[1] is None or holder[0] == instance:
             return mine, None
         return mine, holder[1] if self.proves_gone(election, *holder) else None
 

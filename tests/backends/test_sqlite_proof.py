@@ -144,3 +144,15 @@ async def test_the_lock_file_is_private_to_its_owner(opened: Opener, tmp_path: P
 def _inode(tmp_path: Path) -> str:
     st = os.stat(f"{tmp_path}/leaderd.db{SUFFIX}")
     return f"{st.st_dev} {st.st_ino}"
+
+
+async def test_a_proof_written_under_another_boot_is_never_used(
+    opened: Opener, tmp_path: Path
+) -> None:
+    a, b = await opened(tmp_path / DB), await opened(tmp_path / DB)
+    await a.acquire_or_renew(E, A, LONG_TTL, timeout=10)
+    await a.close()  # its lock is free; but the row now says another kernel wrote it
+    with sqlite3.connect(tmp_path / DB) as conn:
+        conn.execute("UPDATE leaderd_lease SET boot_id = 'another-kernel' WHERE election = ?", (E,))
+    # Another kernel's locks are not this kernel's: only the one-ttl rule may take it.
+    assert not (await b.acquire_or_renew(E, B, LONG_TTL, timeout=10)).held_by(B)
