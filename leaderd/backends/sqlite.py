@@ -275,13 +275,15 @@ class SQLiteBackend(Backend):
         self._commits.waiters += 1
         try:
             while not self._closed:
-                if self._proof.freed(election):
-                    return None  # the holder died: its lock is ours, a round takes over
                 changed = self._commits.changed  # taken before the read: no commit slips by
                 await self._commits.arm()
                 lease, granted = await self._look_for_grant(election, deadline)
                 if seen is not None and _holding(lease) != seen[0]:
                     return granted
+                # The holder died (its lock is ours): a round takes over. Only after the read:
+                # a release that grants us the lease frees the lock as well.
+                if self._proof.freed(election):
+                    return None
                 self._proof.watch(election, self._commits.wake)
                 seen = seen or (_holding(lease), None)
                 remaining = deadline - boottime()
