@@ -106,7 +106,8 @@ class HolderLock:
         if mine and self.enabled:
             return
         if self._fd is not None:
-            _flock(self._fd, fcntl.F_OFD_SETLK, fcntl.F_UNLCK, self.offset(election))
+            with suppress(OSError):  # an unlock that fails leaves a lock: a loss of speed only
+                _flock(self._fd, fcntl.F_OFD_SETLK, fcntl.F_UNLCK, self.offset(election))
 
     def watch(self, election: str, wake: Callable[[], None]) -> None:
         """Call ``wake`` (on the loop) the moment the holder last seen with a proof dies: a
@@ -163,6 +164,9 @@ class HolderLock:
             _flock(self._fd, fcntl.F_OFD_SETLK, fcntl.F_WRLCK, self.offset(election))
         except (BlockingIOError, PermissionError):
             return False  # held by another description: its holder lives (or froze)
+        except OSError as exc:
+            log.warning("holder lock %s: %s: crash failover waits one ttl", self.path, exc)
+            return False  # no lock, no proof (ENOLCK, a filesystem without OFD locks)
         return True
 
 
