@@ -46,6 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if parsed.command == "run":
             return _run(parsed, command or [])
+        early_signals.release()  # blocked since leaderd's first line; Ctrl-C stops a client
         handler = {
             "check-config": _check_config,
             "status": _status,
@@ -152,7 +153,7 @@ def _config(args: argparse.Namespace, command: list[str]) -> Config:
 
 
 def _run(args: argparse.Namespace, command: list[str]) -> int:
-    early_signals.hold()  # a stop during the imports below still hands over and exits 0
+    early_signals.hold()  # a stop since the first line, or during the imports below, exits 0
     lean_imports.import_aiohttp()
     try:
         config = _config(args, command)
