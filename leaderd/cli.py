@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from . import __version__, client, early_signals, jsonio, lean_imports
-from .config import Config, ConfigError, client_socket, load
+from .config import Config, ConfigError, client_socket, listen_text, load
 
 EXIT_OK, EXIT_NOT_LEADER, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 COMMANDS = ("run", "status", "watch", "resign", "members", "history", "check-config")
@@ -139,16 +139,13 @@ def _client_options(p: argparse.ArgumentParser) -> None:
 
 
 def _config(args: argparse.Namespace, command: list[str]) -> Config:
-    from .backends import BackendFatal, UnknownBackend, backend_from_url
+    from . import preflight
 
     config = load(vars(args), file=args.config_file)
     if command and len(config.elections) != 1:
         names = ", ".join(e.name for e in config.elections)
         raise ConfigError(f"run -- COMMAND takes exactly one election (got {names})")
-    try:
-        backend_from_url(config.backend)  # parses the URL; connects to nothing
-    except (UnknownBackend, BackendFatal) as exc:
-        raise ConfigError(str(exc)) from None
+    preflight.check(config)
     return config
 
 
@@ -185,7 +182,8 @@ def _check_config(args: argparse.Namespace) -> int:
         print(f"leaderd: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(f"config ok: node {config.node_id}, backend {redact_url(config.backend)}")
-    print(f"socket {config.socket}, listen {config.listen or 'off'}")
+    print(f"config file {config.config_file or 'none (flags, environment and defaults)'}")
+    print(f"socket {config.socket}, listen {listen_text(config.listen)}")
     for e in config.elections:
         t = e.timing
         timing = f"ttl {t.ttl:g}s, renew {t.renew_interval:g}s, retry {t.retry_interval:g}s"
