@@ -1,7 +1,7 @@
 """The command line (README, docs/api.md): run the daemon, or ask a running one.
 
 Exit codes: run: 0 clean stop, 1 runtime failure, 2 bad usage or configuration.
-status: 0 leader, 1 not leader, 2 usage, 3 daemon unreachable.
+status: 0 leader, 1 follower, 2 usage, 3 daemon unreachable, 4 role unknown (or stopping).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from . import __version__, client, early_signals, jsonio, lean_imports
 from .config import Config, ConfigError, client_socket, listen_text, load
 
-EXIT_OK, EXIT_NOT_LEADER, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_OK, EXIT_NOT_LEADER, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_UNKNOWN = 0, 1, 2, 3, 4
 COMMANDS = ("run", "status", "watch", "resign", "members", "history", "check-config")
 
 
@@ -64,13 +64,20 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="leaderd", description="Leader election sidecar.")
     parser.add_argument("--version", action="version", version=f"leaderd {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    run = sub.add_parser("run", help="run the daemon (the default) [-- COMMAND [ARG...]]")
+    run = sub.add_parser(
+        "run",
+        help="run the daemon (the default) [-- COMMAND [ARG...]]",
+        usage="leaderd run [options] [-- COMMAND [ARG...]]",
+        description="Run the daemon; with -- COMMAND, run COMMAND only while leading.",
+    )
     _daemon_options(run)
     check = sub.add_parser("check-config", help="validate the configuration and exit")
     _daemon_options(check)
     status = sub.add_parser("status", help="who leads; exit 0 if this node does")
     _client_options(status)
-    status.add_argument("--json", action="store_true", help="print the JSON answer")
+    status.add_argument(
+        "--json", action="store_true", help="print GET /status (elections keyed by name)"
+    )
     status.add_argument("-q", "--quiet", action="store_true", help="print nothing")
     watch = sub.add_parser("watch", help="print one line per change")
     _client_options(watch)
@@ -102,7 +109,7 @@ _DAEMON_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("-c", "--config"), {"dest": "config_file", "metavar": "FILE",
                           "help": f"TOML configuration file (default: {_DEFAULT_FILE})"}),
     (("--backend",), {"metavar": "URL", "help": "sqlite:///PATH, postgresql://..., "
-                      "postgresql+advisory://... or static:// (default: SQLite)"}),
+                      "postgresql+advisory://..., etcd://... or static:// (default: SQLite)"}),
     (("--election",), {"dest": "elections", "action": "append", "metavar": "NAME",
                        "help": "take part in election NAME (repeatable; default: default)"}),
     (("--node-id",), {"metavar": "ID", "help": "this daemon's unique name (default: host name)"}),
@@ -134,8 +141,18 @@ def _daemon_options(p: argparse.ArgumentParser) -> None:
 
 
 def _client_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--socket", metavar="PATH")
-    p.add_argument("--election", metavar="NAME")
+    p.add_argument("--socket", metavar="PATH", help="the daemon's Unix socket (default: "
+                   "$LEADERD_SOCKET, the config file's, then the daemon's default)")  # fmt: skip
+    p.add_argument(
+        "--election", metavar="NAME", help="the election (default: the only one, or default)"
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="S",
+        default=client.DEFAULT_TIMEOUT,
+        help=f"give up after S seconds without an answer (default: {client.DEFAULT_TIMEOUT:g})",
+    )
 
 
 def _config(args: argparse.Namespace, command: list[str]) -> Config:
@@ -192,35 +209,48 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    """One election with --election; else every election in one table, and exit 0 only
-    if this node leads every one of them."""
+    """Every election (or --election's) in one table; exit 0 only if this node leads every
+    one, 4 if its role in one is unknown (the backend's last error tells why)."""
     path = client_socket(args.socket)
     try:
-        if args.election is not None:
-            code, body = client.request(path, "GET", client.election_path("/leader", args.election))
-            statuses = [body] if code in (200, 503) else []
-        else:
-            code, node = client.request(path, "GET", "/status")
-            statuses = list(node["elections"].values()) if code == 200 else []
-            body = statuses[0] if len(statuses) == 1 else statuses
+        code, node = client.request(path, "GET", "/status", args.timeout)
     except client.Unreachable as exc:
         return _fail(exc, EXIT_UNREACHABLE, args.quiet)
-    if not statuses:
-        return _fail(_error_message(body), EXIT_USAGE, args.quiet)
+    if code != 200 or not isinstance(node, dict):
+        return _fail(_error_message(node), EXIT_USAGE, args.quiet)
+    elections = node["elections"]
+    if args.election is not None:
+        if args.election not in elections:
+            here = ", ".join(elections)
+            return _fail(
+                f"unknown election {args.election!r} (here: {here})", EXIT_USAGE, args.quiet
+            )
+        node["elections"] = {args.election: elections[args.election]}
+    statuses = list(node["elections"].values())
     if args.json:
-        sys.stdout.write(jsonio.dumps(body, indent=True).decode() + "\n")
+        sys.stdout.write(jsonio.dumps(node, indent=True).decode() + "\n")
     elif not args.quiet:
         sys.stdout.write(_table(statuses))
-    return EXIT_OK if all(s["is_leader"] for s in statuses) else EXIT_NOT_LEADER
+    return _status_code(statuses, node["backend"]["last_error"], args.quiet)
+
+
+def _status_code(statuses: list[dict[str, Any]], last_error: str | None, quiet: bool) -> int:
+    if all(s["is_leader"] for s in statuses):
+        return EXIT_OK
+    unknown = [s["election"] for s in statuses if s["role"] in ("unknown", "stopped")]
+    if unknown:
+        reason = f"role unknown in {', '.join(unknown)}: {last_error or 'not known yet'}"
+        return _fail(reason, EXIT_UNKNOWN, quiet)
+    return EXIT_NOT_LEADER
 
 
 def _watch(args: argparse.Namespace) -> int:
     path = client_socket(args.socket)
     url = client.election_path("/watch", args.election, stream=1)
     try:
-        for code, status in client.stream(path, url):
+        for code, status in client.stream(path, url, args.timeout):
             if code != 200:
-                return _fail(_error_message(status, path, args.election), EXIT_USAGE, False)
+                return _fail(_error_message(status, path, args), EXIT_USAGE, False)
             line = jsonio.dumps(status).decode() if args.json else _line(status)
             print(line, flush=True)
     except client.Unreachable as exc:
@@ -233,13 +263,13 @@ def _resign(args: argparse.Namespace) -> int:
     cooldown = None if args.cooldown is None else f"{args.cooldown:g}"
     url = client.election_path("/resign", args.election, cooldown=cooldown, to=args.to)
     try:
-        code, body = client.request(path, "POST", url)
+        code, body = client.request(path, "POST", url, args.timeout)
     except client.Unreachable as exc:
         return _fail(exc, EXIT_UNREACHABLE, False)
     if code != 200:
         # 409: nothing to hand over from here (not the leader, or no standby can exist).
         failed = EXIT_NOT_LEADER if code == 409 else EXIT_USAGE
-        return _fail(_error_message(body, path, args.election), failed, False)
+        return _fail(_error_message(body, path, args), failed, False)
     print(jsonio.dumps(body).decode() if args.json else _line(body))
     return EXIT_OK
 
@@ -281,12 +311,13 @@ def _history(args: argparse.Namespace) -> int:
 def _get(args: argparse.Namespace, base: str, **query: Any) -> dict[str, Any] | int:
     """GET an election's answer; print it with --json. An exit code if it failed."""
     path = client_socket(args.socket)
+    url = client.election_path(base, args.election, **query)
     try:
-        code, body = client.request(path, "GET", client.election_path(base, args.election, **query))
+        code, body = client.request(path, "GET", url, args.timeout)
     except client.Unreachable as exc:
         return _fail(exc, EXIT_UNREACHABLE, False)
     if code != 200 or not isinstance(body, dict):
-        return _fail(_error_message(body, path, args.election), EXIT_USAGE, False)
+        return _fail(_error_message(body, path, args), EXIT_USAGE, False)
     if args.json:
         sys.stdout.write(jsonio.dumps(body, indent=True).decode() + "\n")
     return body
@@ -328,13 +359,14 @@ def _line(s: dict[str, Any]) -> str:
     )
 
 
-def _error_message(body: Any, socket_path: str = "", election: str | None = "") -> str:
+def _error_message(body: Any, socket_path: str = "", args: argparse.Namespace | None = None) -> str:
     """The API's error message; without --election while several run, which flag to add."""
     if not (isinstance(body, dict) and isinstance(body.get("error"), dict)):
         return f"unexpected answer: {body!r}"
-    if election is None and body["error"].get("code") == "unknown_election":
+    code = body["error"].get("code")
+    if args is not None and args.election is None and code == "unknown_election":
         try:
-            _, node = client.request(socket_path, "GET", "/status")
+            _, node = client.request(socket_path, "GET", "/status", args.timeout)
             names = ", ".join(node["elections"])
         except (client.Unreachable, KeyError, TypeError):
             names = "several"

@@ -59,16 +59,7 @@ class Daemon:
     async def run(self) -> int:
         """Serve until a signal (or the supervised child) ends it; return the exit code."""
         cfg = self.config
-        sock_path = cfg.socket
         open_files = raise_open_files()
-        log.info(
-            "leaderd %s on %s; try: curl --unix-socket %s http://localhost/leader",
-            __version__,
-            sock_path,
-            sock_path,
-            extra=extra(Event.STARTING, socket=sock_path),
-        )
-        log.debug("open-file limit %d", open_files)
         self._install_signal_handlers()  # before the socket exists: a stop is never lost
         async with self._teardown:
             self._teardown.callback(self.notifier.close)
@@ -77,6 +68,7 @@ class Daemon:
             except (SocketInUse, SocketPathError) as exc:
                 log.error("%s", exc, extra=extra(Event.SOCKET_ERROR))
                 return EXIT_USAGE
+            _announce(self._unix.path, open_files)  # the curl it suggests now answers
             self._teardown.callback(self._unix.remove)
             backend = self.metrics.wrap(backend_from_url(cfg.backend))
             self._teardown.push_async_callback(_quietly, backend.close)
@@ -322,3 +314,14 @@ def run(config: Config, command: list[str] | None = None) -> int:
     # asyncio.Runner rather than uvloop.run: uvloop < 0.18 (Debian 12) has no run().
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(daemon.run())
+
+
+def _announce(sock_path: str, open_files: int) -> None:
+    log.info(
+        "leaderd %s on %s; try: curl --unix-socket %s http://localhost/leader",
+        __version__,
+        sock_path,
+        sock_path,
+        extra=extra(Event.STARTING, socket=sock_path),
+    )
+    log.debug("open-file limit %d", open_files)

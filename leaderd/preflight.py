@@ -13,6 +13,7 @@ import socket
 import tempfile
 
 from .config import Config, ConfigError, listen_text
+from .listener import path_problem
 
 
 def check(config: Config) -> None:
@@ -25,6 +26,9 @@ def check(config: Config) -> None:
         raise ConfigError(str(exc)) from None
     if config.listen is not None:
         _check_listen(*config.listen)
+    problem = path_problem(config.socket)
+    if problem is not None:
+        raise ConfigError(problem)
     # The default file's directory is the daemon's to create (StateDirectory= with systemd).
     if config.backend.lower().startswith("sqlite:") and config.state_dir is None:
         from .backends.sqlite import SQLiteBackend

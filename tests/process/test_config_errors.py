@@ -5,22 +5,13 @@ ends the restart loop. Each case passed check-config and failed (exit 1) or hung
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.daemons import leaderd_cli, short_tempdir
+from tests.daemons import leaderd_cli
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def workdir() -> Iterator[str]:
-    path = short_tempdir()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 CASES = [

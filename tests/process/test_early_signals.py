@@ -8,28 +8,19 @@ holds them. Real daemons, real signals, spread over 0-300 ms.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from leaderd.early_signals import launched_as_leaderd
-from tests.daemons import Daemon, short_tempdir
+from tests.daemons import Daemon
 
 pytestmark = pytest.mark.slow
 
 STOPS = (signal.SIGINT, signal.SIGTERM)
 STOP_BITS = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGTERM - 1))
 TRIES = 24
-
-
-@pytest.fixture
-def workdir() -> Iterator[str]:
-    path = short_tempdir()
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def delays(tries: int, spread: float = 0.3) -> list[float]:
