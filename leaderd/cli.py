@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from . import __version__, client, early_signals, jsonio, lean_imports
+from . import __version__, client, early_signals, jsonio, lean_imports, options
 from .config import Config, ConfigError, client_socket, listen_text, load
 
 EXIT_OK, EXIT_NOT_LEADER, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_UNKNOWN = 0, 1, 2, 3, 4
@@ -70,20 +70,21 @@ def _parser() -> argparse.ArgumentParser:
         usage="leaderd run [options] [-- COMMAND [ARG...]]",
         description="Run the daemon; with -- COMMAND, run COMMAND only while leading.",
     )
-    _daemon_options(run)
+    options.daemon_options(run)
+    options.command_options(run)
     check = sub.add_parser("check-config", help="validate the configuration and exit")
-    _daemon_options(check)
+    options.daemon_options(check)
     status = sub.add_parser("status", help="who leads; exit 0 if this node does")
-    _client_options(status)
+    options.client_options(status)
     status.add_argument(
         "--json", action="store_true", help="print GET /status (elections keyed by name)"
     )
     status.add_argument("-q", "--quiet", action="store_true", help="print nothing")
     watch = sub.add_parser("watch", help="print one line per change")
-    _client_options(watch)
+    options.client_options(watch)
     watch.add_argument("--json", action="store_true", help="print one JSON object per change")
     resign = sub.add_parser("resign", help="step down now")
-    _client_options(resign)
+    options.client_options(resign)
     resign.add_argument(
         "--cooldown", type=float, metavar="S", help="do not campaign for S seconds (default: ttl)"
     )
@@ -94,65 +95,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     resign.add_argument("--json", action="store_true", help="print the JSON answer")
     members = sub.add_parser("members", help="every member: role, address, last heard")
-    _client_options(members)
+    options.client_options(members)
     members.add_argument("--json", action="store_true", help="print the JSON answer")
     history = sub.add_parser("history", help="who led, from when to when, and how it ended")
-    _client_options(history)
+    options.client_options(history)
     history.add_argument("--limit", type=int, metavar="N", help="newest N records (default: 20)")
     history.add_argument("--json", action="store_true", help="print the JSON answer")
     return parser
-
-
-_S, _DEFAULT_FILE = {"type": float, "metavar": "S"}, "/etc/leaderd/leaderd.toml if it exists"
-# (flags, argparse options) of run and check-config; help texts also fill the man page.
-_DAEMON_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
-    (("-c", "--config"), {"dest": "config_file", "metavar": "FILE",
-                          "help": f"TOML configuration file (default: {_DEFAULT_FILE})"}),
-    (("--backend",), {"metavar": "URL", "help": "sqlite:///PATH, postgresql://..., "
-                      "postgresql+advisory://..., etcd://... or static:// (default: SQLite)"}),
-    (("--election",), {"dest": "elections", "action": "append", "metavar": "NAME",
-                       "help": "take part in election NAME (repeatable; default: default)"}),
-    (("--node-id",), {"metavar": "ID", "help": "this daemon's unique name (default: host name)"}),
-    (("--address",), {"metavar": "ADDR", "help": "published as leader.address while leading"}),
-    (("--socket",), {"metavar": "PATH", "help": "the API's Unix socket"}),
-    (("--socket-mode",), {"metavar": "MODE", "help": "the socket's permissions (default: 0660)"}),
-    (("--listen",), {"metavar": "HOST:PORT", "help": "also serve the API, read-only, on TCP"}),
-    (("--ttl",), {**_S, "help": "lease length (default: 15)"}),
-    (("--renew-interval",), {**_S, "help": "how often the leader renews (default: 5)"}),
-    (("--retry-interval",), {**_S, "help": "how often a follower tries (default: 2)"}),
-    (("--clock-drift",), {**_S, "help": "tolerated clock rate difference (default: 0.01)"}),
-    (("--safety-margin",), {**_S, "help": "taken off the local deadline (default: 0.2)"}),
-    (("--shutdown-timeout",), {**_S, "help": "bound on an orderly stop (default: 10)"}),
-    (("--kill-grace",), {**_S, "help": "SIGTERM to SIGKILL for COMMAND (default: 5)"}),
-    (("--on-exit",), {"choices": ("release", "restart"),
-                      "help": "when COMMAND exits: release the lease, or restart COMMAND"}),
-    (("--max-connections",), {"type": int, "metavar": "N",
-                              "help": "API connections per listener (default: 16384)"}),
-    (("--header-timeout",), {**_S, "help": "time to send a request's headers (default: 10)"}),
-    (("--keepalive-timeout",), {**_S, "help": "idle connections close after (default: 75)"}),
-    (("--log-format",), {"choices": ("text", "json"), "help": "text (default) or json"}),
-    (("--log-level",), {"metavar": "LEVEL", "help": "debug, info (default), warning, error"}),
-]  # fmt: skip
-
-
-def _daemon_options(p: argparse.ArgumentParser) -> None:
-    for flags, options in _DAEMON_OPTIONS:
-        p.add_argument(*flags, **options)
-
-
-def _client_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--socket", metavar="PATH", help="the daemon's Unix socket (default: "
-                   "$LEADERD_SOCKET, the config file's, then the daemon's default)")  # fmt: skip
-    p.add_argument(
-        "--election", metavar="NAME", help="the election (default: the only one, or default)"
-    )
-    p.add_argument(
-        "--timeout",
-        type=float,
-        metavar="S",
-        default=client.DEFAULT_TIMEOUT,
-        help=f"give up after S seconds without an answer (default: {client.DEFAULT_TIMEOUT:g})",
-    )
 
 
 def _config(args: argparse.Namespace, command: list[str]) -> Config:
@@ -162,6 +111,8 @@ def _config(args: argparse.Namespace, command: list[str]) -> Config:
     if command and len(config.elections) != 1:
         names = ", ".join(e.name for e in config.elections)
         raise ConfigError(f"run -- COMMAND takes exactly one election (got {names})")
+    if getattr(args, "try_for", None) is not None and not command:
+        raise ConfigError("--try goes with -- COMMAND")
     preflight.check(config)
     return config
 
@@ -177,7 +128,8 @@ def _run(args: argparse.Namespace, command: list[str]) -> int:
     from . import daemon, logs
 
     logs.setup(config.log_format, config.log_level)
-    _exit_now(daemon.run(config, command or None))
+    job = daemon.Job(command, args.try_for, args.exit_status == "fixed") if command else None
+    _exit_now(daemon.run(config, job))
 
 
 def _exit_now(code: int) -> NoReturn:

@@ -39,6 +39,8 @@ log = logging.getLogger("leaderd.supervisor")
 
 _POLL = 0.1  # how often the lease deadline is re-read and passed on to the keeper
 _BACKOFF_FIRST, _BACKOFF_MAX = 1.0, 30.0
+# run --exit-status fixed: whatever status the child failed with.
+EXIT_CHILD_FAILED = 3
 
 
 class ChildStartError(Exception):
@@ -59,11 +61,13 @@ class Supervisor:
         *,
         kill_grace: float,
         on_exit: str = "release",
+        fixed_status: bool = False,
         socket_path: str = "",
     ) -> None:
         self.command = command
         self.kill_grace = kill_grace
         self.on_exit = on_exit
+        self.fixed_status = fixed_status
         self._election = election
         self._socket_path = socket_path
         self._plan = Plan("session", ("session",))
@@ -98,6 +102,8 @@ class Supervisor:
             how = _describe(code)
             if self.on_exit == "release":
                 status = code if code >= 0 else 128 - code
+                if self.fixed_status and status:  # never read as leaderd's own 1 or 2
+                    status = EXIT_CHILD_FAILED
                 log.info(
                     "child %s; releasing election %s and exiting with status %d",
                     how,

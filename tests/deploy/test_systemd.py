@@ -152,9 +152,9 @@ def test_man_page_is_generated_from_the_parser_and_reads_cleanly() -> None:
     page = ROOT / "packaging" / "leaderd.8"
     done = run([sys.executable, ROOT / "packaging" / "manpage.py"])
     assert done.stdout == page.read_text(), "run: python packaging/manpage.py > " + str(page)
-    from leaderd.cli import _DAEMON_OPTIONS
+    from leaderd.options import DAEMON_OPTIONS
 
-    for flags, _ in _DAEMON_OPTIONS:
+    for flags, _ in DAEMON_OPTIONS:
         assert flags[-1].replace("-", "\\-") in done.stdout, flags
     man = run(["man", "--warnings", "-E", "UTF-8", "-l", page], env={"MANWIDTH": "80"})
     assert man.stderr == "", man.stderr

@@ -69,12 +69,16 @@ def test_a_launcher_that_blocks_stop_signals_closes_the_interpreters_window(
     workdir: str,
 ) -> None:
     """Before leaderd's first line the interpreter starts (tens of ms, more on a busy
-    machine): `env --block-signal` closes that window too, and leaderd lets them through."""
+    machine): a launcher that starts leaderd with the stop signals blocked closes that
+    window too (as `env --block-signal` does), and leaderd lets them through itself."""
     for i, delay in enumerate(delays(TRIES // 2)):
         signum = STOPS[i % 2]
         d = Daemon(f"launched-{i}", "static://", workdir=workdir)
-        d.args = ["env", "--block-signal=INT,TERM", *d.args]
-        d.start()
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)  # inherited by the child
+        try:
+            d.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
         time.sleep(delay)
         d.signal(signum)
         assert_clean_exit(d, signum, delay)
