@@ -95,7 +95,7 @@ def page() -> str:
         "leaderd \\- leader election sidecar daemon",
         ".SH SYNOPSIS",
     ]
-    for name, sub in subs.items():
+    for sub in subs.values():
         usage = " ".join(sub.format_usage().removeprefix("usage: ").split())
         out += [".PP", roff(usage)]
     out += [".PP", "leaderd \\-\\-version"]
