@@ -1,7 +1,7 @@
 """Stop signals that arrive while the daemon is still starting (imports, configuration):
 kept, and acted on once the event loop's own handlers are installed, so that an early
-SIGTERM or SIGINT still ends in an orderly exit 0 (docs/operations.md), not in death by
-signal, a KeyboardInterrupt inside an import, or a crash in an extension's initialisation.
+SIGTERM or SIGINT still ends in an orderly exit 0 (rule 7, docs/algorithm.md), not in death
+by signal, a KeyboardInterrupt inside an import, or a crash in an extension's initialisation.
 
 leaderd's first line (``leaderd/__init__.py``) blocks them when this process is the
 leaderd program: the kernel keeps them pending, whatever is being imported. The command
