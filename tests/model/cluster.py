@@ -82,8 +82,7 @@ class Cluster:
         """Stop the daemon (it hands over), keep it down for ``down`` seconds, start anew."""
         node = self.nodes[name]
         assert node.election is not None and node.task is not None and node.backend is not None
-        self.tell(f"chaos: {name} stops")
-        node.election.stop()
+        self.stop(name)
         with contextlib.suppress(Exception):
             await node.task
         await node.backend.close()
@@ -91,21 +90,28 @@ class Cluster:
         await asyncio.sleep(down)
         self.start(name)
 
+    def stop(self, name: str) -> None:
+        """SIGTERM: the daemon stops leading and hands over (its task ends after)."""
+        node = self.nodes[name]
+        assert node.election is not None
+        self.tell(f"{name} stops")
+        _as(node, node.election.stop)
+
     def resign(self, name: str, cooldown: float, to: str = "") -> None:
         node = self.nodes[name]
         assert node.election is not None
-        self.tell(f"chaos: {name} resigns, cooldown {cooldown:g}, to {to!r}")
-        node.context.run(node.election.resign, cooldown, to)
+        self.tell(f"{name} resigns, cooldown {cooldown:g}, to {to!r}")
+        _as(node, node.election.resign, cooldown, to)
 
     def pause(self, name: str, suspend: bool = False) -> None:
         """SIGSTOP the daemon; ``suspend``: the whole host sleeps (CLOCK_MONOTONIC stops)."""
-        self.tell(f"chaos: {name} {'suspended' if suspend else 'paused'}")
+        self.tell(f"{name} {'suspended' if suspend else 'paused'}")
         self.loop.pause(name)
         if suspend:
             self.nodes[name].clock.suspend()
 
     def resume(self, name: str) -> None:
-        self.tell(f"chaos: {name} resumes")
+        self.tell(f"{name} resumes")
         self.nodes[name].clock.wake()
         self.loop.resume(name)
 
@@ -125,3 +131,11 @@ class Cluster:
         for node in self.nodes.values():
             if node.election is not None:
                 yield Member(node.name, node.election, node.clock)
+
+
+def _as(node: Node, call: Callable[..., None], *args: object) -> None:
+    """Call as the node does (in its context: what it schedules is its own)."""
+    if NODE.get() == node.name:
+        call(*args)
+    else:
+        node.context.run(call, *args)

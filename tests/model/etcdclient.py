@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -14,13 +15,13 @@ from contextlib import asynccontextmanager
 from typing import Any
 from unittest import mock
 
-from leaderd.backends import etcd, etcd_gateway, etcd_records, etcd_state, etcd_watch
+from leaderd.backends import etcd, etcd_records, etcd_state, etcd_watch
 from leaderd.backends.base import Candidate
 from leaderd.backends.etcd_gateway import EtcdClient, EtcdSettings
 
 from .etcdserver import EtcdServer, b64
 from .network import ELECTION, SERVER, Link
-from .vloop import NODE, NodeClock
+from .vloop import NodeClock
 
 URL = "etcd://model:2379/?prefix=/leaderd/"
 _KINDS = {"releasing the lease": "release", "granting the lease": "release"}
@@ -84,14 +85,14 @@ class ModelEtcdBackend(etcd.EtcdBackend):
 class EtcdWorld:
     """etcd:// semantics: the real backend on a model etcd, each host on its own clocks."""
 
+    Backend = ModelEtcdBackend
+
     def __init__(self, loop: Any, rng: random.Random, tell: Callable[[str], None]) -> None:
         drift = 0.01 * 0.475
         self.server = EtcdServer(loop, rng.uniform(1 - drift, 1 + drift), tell)
-        self.clocks: dict[str, NodeClock] = {}
         self._rng = random.Random(rng.random())
 
     def backend(self, name: str, link: Link, clock: NodeClock) -> etcd.EtcdBackend:
-        self.clocks[name] = clock
         return ModelEtcdBackend(self.server, link)
 
     def backs(self, candidate: Candidate, term: int) -> bool:
@@ -105,37 +106,16 @@ class EtcdWorld:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        """The backend's clocks are its host's while the run lasts."""
-        clock = _HostTime(self.clocks)
+        """Heartbeat stamps on the host's wall clock; the watch's back-off seeded."""
         with contextlib.ExitStack() as stack:
-            for module in (etcd, etcd_records, etcd_state, etcd_gateway):
-                stack.enter_context(mock.patch.object(module, "time", clock))
             for module in (etcd, etcd_records):
-                stack.enter_context(mock.patch.object(module, "now", clock.stamp))
+                if hasattr(module, "now"):
+                    stack.enter_context(mock.patch.object(module, "now", _stamp))
             stack.enter_context(mock.patch.object(etcd_watch, "random", self._rng))
             yield
 
 
-class _HostTime:
-    """``time`` as the running node's host has it: its CLOCK_MONOTONIC stands still while the
-    host is suspended. Code run by no node (none here) gets the real clocks."""
-
-    def __init__(self, clocks: dict[str, NodeClock]) -> None:
-        self._clocks = clocks
-
-    def _clock(self) -> NodeClock | None:
-        node = NODE.get()
-        return self._clocks.get(node) if node is not None else None
-
-    def monotonic(self) -> float:
-        clock = self._clock()
-        return clock.monotonic() if clock is not None else time.monotonic()
-
-    def stamp(self) -> str:
-        """etcd_records.now(): the host's wall clock in milliseconds."""
-        clock = self._clock()
-        assert clock is not None, "a heartbeat stamp taken outside any node"
-        return clock.wall().isoformat(timespec="milliseconds")
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
+def _stamp() -> str:
+    """etcd_records.now(): the wall clock in milliseconds, on the host's clock (time.time is
+    the running node's while a run lasts)."""
+    return dt.datetime.fromtimestamp(time.time(), dt.UTC).isoformat(timespec="milliseconds")

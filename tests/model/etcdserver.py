@@ -106,7 +106,6 @@ class EtcdServer:
         if lease is None:
             return {"ID": str(lease_id)}  # the gateway's answer for a lease gone: no TTL
         lease.expires_at = self.now() + lease.ttl
-        self.tell(f"etcd: lease {lease_id:x} kept alive")
         self._expire_at(lease_id)
         return {"ID": str(lease_id), "TTL": str(lease.ttl)}
 

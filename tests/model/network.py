@@ -32,7 +32,7 @@ class Faults:
     latency: float = 0.002
     drop: float = 0.01  # the request never reaches the server
     lose_answer: float = 0.02  # applied; the answer is lost (connection reset)
-    stall: float = 0.02  # applied after the client gave up on it
+    stall: float = 0.02  # held on the way: applied after the client gave up on it
     # A release applied after its sender gave up and renewed: the path of a known fault
     # (a release conditioned on no version: a fix is under way); 0 leaves it out.
     stalled_release: float = 0.0
@@ -92,8 +92,9 @@ class Link:
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[T] = loop.create_future()
         fate, go = self.fate(kind), self.delay()
-        if fate == "stall":
-            go += self.rng.uniform(timeout, 3 * timeout)
+        if fate.startswith("stall"):  # "stall:2.5" holds it exactly that long
+            _, _, held = fate.partition(":")
+            go += float(held) if held else self.rng.uniform(timeout / 2, 3 * timeout)
         if fate != "drop":
             loop.call_later(go, self._serve, apply, answer, fate, timeout, context=SERVER)
         try:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from .chaos import Chaos
 from .checker import Checker
 from .cluster import Cluster, World
+from .hosttime import host_time
 from .network import FAULTS, SERVER, Faults
 from .vloop import VirtualLoop
 
@@ -46,6 +47,7 @@ class Report:
     leaderships: int
     top_term: int
     counts: Counter[str]
+    story: list[str]  # the last events of the run, as a violation would tell them
 
     def __str__(self) -> str:
         faults = ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
@@ -78,7 +80,7 @@ def run(plan: Plan) -> Report:
 
     loop.on_step = step
     started = time.perf_counter()
-    with _quiet(), world.installed():
+    with _quiet(), host_time(lambda name: cluster.nodes[name].clock), world.installed():
         try:
             for name in plan.names:
                 cluster.start(name)
@@ -91,7 +93,7 @@ def run(plan: Plan) -> Report:
         finally:
             _shut(loop)
     return Report(plan.seed, loop.steps, loop.time(), time.perf_counter() - started,
-                  checker.leaderships, checker.top_term, cluster.counts)  # fmt: skip
+                  checker.leaderships, checker.top_term, cluster.counts, list(story))  # fmt: skip
 
 
 def _shut(loop: VirtualLoop) -> None:
