@@ -21,7 +21,7 @@ WORLDS: dict[str, WorldOf] = {"row": RowWorld, "etcd": EtcdWorld}
 
 
 def plan(world: str, seed: int, steps: int, known: bool = False) -> Plan:
-    faults = dataclasses.replace(FAULTS, stalled_release=0.02 if known else 0.0)
+    faults = dataclasses.replace(FAULTS, stalled_release=0.25 if known else 0.0)
     suspends = known or world != "etcd"
     return Plan(WORLDS[world], seed, steps, faults, suspends=suspends)
 
