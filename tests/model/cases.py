@@ -117,6 +117,29 @@ def cached_heartbeat() -> Plan:
     return Plan(EtcdWorld, 1, _STEPS, CLEAN, ("a", "b", "c"), chaos=False, scenario=scenario)
 
 
+def cached_heartbeat_row() -> Plan:
+    """Finding 1 on a lease row: the engine's part alone. A standby's round is answered
+    (heartbeat H), then fails; its next round is answered from the backend's cache, which
+    names the leader and lists H: the engine files H under that later round's send time. The
+    leader stops and grants the lease, expiring one ttl after H; cut off, the standby leads
+    past that."""
+
+    async def scenario(cluster: Cluster) -> None:
+        leader = await _leader(cluster)
+        standby = next(name for name in cluster.nodes if name != leader)
+        node = cluster.nodes[standby]
+        election = node.election
+        assert election is not None
+        node.link.script["late_failure"] = ["yes"]
+        node.link.script["cached_answer"] = ["no", "yes"]  # the failing round's, the next's
+        await cluster.until(lambda: not node.link.script["cached_answer"], every=0.001)
+        cluster.stop(leader)  # its release grants the lease to the standby
+        await cluster.until(lambda: cluster.leader() == standby)
+        cut_off(cluster, standby)
+
+    return Plan(RowWorld, 1, _STEPS, CLEAN, ("a", "b"), chaos=False, scenario=scenario)
+
+
 @dataclasses.dataclass(frozen=True)
 class _NoLease:
     holder: str | None = None

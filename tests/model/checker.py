@@ -3,12 +3,15 @@
 * at most one node answers "leader" at any instant;
 * terms only increase: no leader ever has a term below one already led, nor a term another
   node led;
-* a leader's lease is live on the server and names it with that term (what the others'
-  safety rests on: the server's record is what the next leader's acquisition consults).
+* a leader's lease, as the server holds it, names it with that term and lasts until the
+  leader's own deadline at least (what the others' safety rests on: the server's record is
+  what the next leader's acquisition consults). Checked against the deadline, not the
+  instant, so that a lease that expires between two steps is seen too.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -35,11 +38,11 @@ class Member:
 
 @dataclass
 class Checker:
-    """``members()``: the daemons running now; ``backs(candidate, term)``: the server's truth;
-    ``at()``: the virtual time (for messages)."""
+    """``members()``: the daemons running now; ``lease_until(candidate, term)``: the server's
+    truth, until when it keeps that lease (virtual time); ``at()``: the virtual time."""
 
     members: Callable[[], Iterable[Member]]
-    backs: Callable[[Candidate, int], bool]
+    lease_until: Callable[[Candidate, int], float]
     at: Callable[[], float]
     leaderships: int = 0
     top_term: int = 0
@@ -72,8 +75,11 @@ class Checker:
             self._fail(f"two leaders: {other} (term {its}) and {who} (term {term})")
         if term < self.top_term or (term == self.top_term and who != self.top_holder):
             self._fail(f"{who} leads term {term}, after {self.top_holder} led {self.top_term}")
-        if not self.backs(m.election.candidate, term):
-            self._fail(f"{who} leads term {term}, but the server's lease is not its, live")
+        deadline = m.clock.virtual(m.election.state.deadline)
+        until = self.lease_until(m.election.candidate, term)
+        if until < deadline:
+            ends = f"ends at {until:.4f}" if until > -math.inf else "is not its"
+            self._fail(f"{who} leads term {term} until {deadline:.4f}, but the lease {ends}")
         now_leading[m.name] = term
         self.top_term, self.top_holder = term, who
 

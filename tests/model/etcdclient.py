@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import math
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -95,14 +96,17 @@ class EtcdWorld:
     def backend(self, name: str, link: Link, clock: NodeClock) -> etcd.EtcdBackend:
         return ModelEtcdBackend(self.server, link)
 
-    def backs(self, candidate: Candidate, term: int) -> bool:
-        """The leader key names this process with ``term``, under a live lease."""
+    def lease_until(self, candidate: Candidate, term: int) -> float:
+        """Until when (virtual time) the leader key names this process with ``term``, by its
+        lease's expiry as it stands; -inf if it does not."""
         kv = self.server.kvs.get(f"/leaderd/{ELECTION}/leader")
-        if kv is None or self.server.lease_left(kv.lease) <= 0:
-            return False
+        if kv is None or kv.lease not in self.server.leases:
+            return -math.inf
         holder = etcd_state.holder_of({"value": kv.value, "key": b64("leader")})
-        return (holder.node_id, holder.instance, holder.term) == (
-            candidate.node_id, candidate.instance, term)  # fmt: skip
+        if (holder.node_id, holder.instance, holder.term) != (
+            candidate.node_id, candidate.instance, term):  # fmt: skip
+            return -math.inf
+        return self.server.leases[kv.lease].expires_at / self.server.rate
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
+import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -72,11 +73,12 @@ class RowServer:
     def wall(self, at: float) -> dt.datetime:
         return EPOCH + dt.timedelta(seconds=at)
 
-    def backs(self, candidate: Candidate, term: int) -> bool:
-        """The row names this process as its live holder with ``term`` (the checker's truth)."""
+    def lease_until(self, candidate: Candidate, term: int) -> float:
+        """Until when (virtual time) the row keeps this process as holder with ``term``, as
+        it stands; -inf if it does not name it (the checker's truth)."""
         r = self.row
-        mine = (r.holder, r.instance) == (candidate.node_id, candidate.instance)
-        return mine and r.term == term and r.expires_at > self.now()
+        mine = (r.holder, r.instance, r.term) == (candidate.node_id, candidate.instance, term)
+        return r.expires_at / self.rate if mine else -math.inf
 
     # ---- the requests, each applied atomically ----
 
@@ -238,8 +240,8 @@ class RowBackend(Backend):
     async def close(self) -> None:
         self.server.listeners.remove((self.link, self.listener))
 
-    async def _ask(self, kind: str, apply: object, timeout: float) -> Lease:
-        lease: Lease = await self.link.request(kind, apply, timeout)  # type: ignore[arg-type]
+    async def _ask(self, kind: str, apply: Callable[[], Lease], timeout: float) -> Lease:
+        lease = await self.link.request(kind, apply, timeout)
         self._last = lease
         self.listener.saw(lease.election, lease.term, held=lease.holder is not None)
         if self.link.chance("late_failure", self.link.faults.late_failure):
@@ -270,8 +272,8 @@ class RowWorld:
     def backend(self, name: str, link: Link, clock: NodeClock) -> Backend:
         return RowBackend(self.server, link)
 
-    def backs(self, candidate: Candidate, term: int) -> bool:
-        return self.server.backs(candidate, term)
+    def lease_until(self, candidate: Candidate, term: int) -> float:
+        return self.server.lease_until(candidate, term)
 
     def installed(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()

@@ -70,7 +70,7 @@ def run(plan: Plan) -> Report:
     world = plan.world(loop, rng, tell)
     cluster = Cluster(loop, world, rng, plan.faults, plan.names)
     cluster.tell = tell
-    checker = Checker(cluster.members, world.backs, loop.time, story=story)
+    checker = Checker(cluster.members, world.lease_until, loop.time, story=story)
     done: asyncio.Future[None] = loop.create_future()
 
     def step() -> None:

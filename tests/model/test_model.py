@@ -56,6 +56,12 @@ def test_finding_1_cached_heartbeat() -> None:
     run(cases.cached_heartbeat())
 
 
+@pytest.mark.xfail(strict=True, raises=Violation, reason=FINDING_1)
+def test_finding_1_cached_heartbeat_on_a_row() -> None:
+    """The engine's part alone: a cached answer's heartbeat filed under a later send time."""
+    run(cases.cached_heartbeat_row())
+
+
 @pytest.mark.xfail(strict=True, raises=Violation, reason=FINDING_2)
 def test_finding_2_suspended_spare() -> None:
     run(cases.suspended_spare())
@@ -80,10 +86,11 @@ def test_finding_4_control_release_applied_on_time(world: str, to: bool) -> None
     run(cases.late_release(to, WORLDS[world], fate="lose_answer"))
 
 
-@pytest.mark.xfail(strict=True, raises=Violation, reason=f"{FINDING_2}; {FINDING_4}")
+@pytest.mark.xfail(strict=True, raises=Violation, reason=f"{FINDING_1}; {FINDING_2}; {FINDING_4}")
 @pytest.mark.parametrize("world", ["row", "etcd"])
 def test_exploration_with_the_known_paths(world: str) -> None:
-    """The exploration with the paths it leaves out today: late releases and suspends."""
+    """The exploration with the paths it leaves out today: late releases, host suspends
+    (etcd) and cached answers (row)."""
     exploration(world, seed={"row": 2, "etcd": 3}[world], steps=50_000, known=True)
 
 

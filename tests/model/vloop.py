@@ -47,6 +47,10 @@ class NodeClock:
     def now(self) -> float:
         return self.offset + self.rate * self._loop.time()
 
+    def virtual(self, at: float) -> float:
+        """The virtual time at which this clock reads ``at``."""
+        return (at - self.offset) / self.rate
+
     def monotonic(self) -> float:
         now = self.now()
         frozen = 0.0 if self.suspended_since is None else now - self.suspended_since
