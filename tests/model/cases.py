@@ -19,12 +19,6 @@ from .scheduler import Plan, WorldOf
 _STEPS = 20_000
 
 
-def cut_off(cluster: Cluster, name: str) -> None:
-    """A partition: every request of the node is lost on the way (its renewals fail)."""
-    cluster.tell(f"{name} cut off from the server")
-    cluster.nodes[name].link.faults = dataclasses.replace(CLEAN, drop=1.0)
-
-
 async def _leader(cluster: Cluster) -> str:
     await cluster.until(lambda: cluster.leader() is not None)
     leader = cluster.leader()
@@ -77,7 +71,7 @@ def suspended_spare(suspend: bool = True) -> Plan:
         await asyncio.sleep(3.0)
         cluster.resume(standby)
         await cluster.until(lambda: cluster.leader() == standby)
-        cut_off(cluster, standby)
+        cluster.cut_off(standby)
 
     return Plan(EtcdWorld, 2, _STEPS, CLEAN, ("a", "b"), chaos=False, scenario=scenario)
 
@@ -112,7 +106,7 @@ def cached_heartbeat() -> Plan:
         await cluster.until(lambda: (election.state.lease or _NONE).holder == heir)
         cluster.stop(heir)  # its release grants the lease to the standby's spare
         await cluster.until(lambda: cluster.leader() == standby)
-        cut_off(cluster, standby)
+        cluster.cut_off(standby)
 
     return Plan(EtcdWorld, 1, _STEPS, CLEAN, ("a", "b", "c"), chaos=False, scenario=scenario)
 
@@ -135,7 +129,7 @@ def cached_heartbeat_row() -> Plan:
         await cluster.until(lambda: not node.link.script["cached_answer"], every=0.001)
         cluster.stop(leader)  # its release grants the lease to the standby
         await cluster.until(lambda: cluster.leader() == standby)
-        cut_off(cluster, standby)
+        cluster.cut_off(standby)
 
     return Plan(RowWorld, 1, _STEPS, CLEAN, ("a", "b"), chaos=False, scenario=scenario)
 

@@ -1,5 +1,6 @@
 """What happens to the daemons at random moments: resigns (with and without a chosen
-standby), restarts, pauses (SIGSTOP) and host suspends (CLOCK_MONOTONIC stands still)."""
+standby), restarts, pauses (SIGSTOP), host suspends (CLOCK_MONOTONIC stands still) and
+partitions (a daemon cut off from the server while the others go on)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,14 @@ class Chaos:
         self.suspends = suspends
 
     async def run(self) -> None:
-        actions: list[Callable[[Node], None]] = [self.resign, self.restart, self.pause]
+        actions: list[Callable[[Node], None]] = [
+            self.resign, self.restart, self.pause, self.partition]  # fmt: skip
         while True:
             await asyncio.sleep(self.rng.expovariate(1 / self.every))
             node = self.rng.choice(list(self.cluster.nodes.values()))
             if node.election is None or node.name in self.cluster.loop.paused:
                 continue
-            self.rng.choices(actions, weights=(5, 2, 3))[0](node)
+            self.rng.choices(actions, weights=(5, 2, 3, 2))[0](node)
 
     def resign(self, node: Node) -> None:
         others = [n for n in self.cluster.nodes if n != node.name]
@@ -47,4 +49,15 @@ class Chaos:
         resume_in = self.rng.uniform(0, 1.5 * self.cluster.timing.ttl)
         self.cluster.loop.call_later(
             resume_in, self.cluster.resume, node.name, context=contextvars.Context()
+        )
+
+    def partition(self, node: Node) -> None:
+        """Cut the node off from the server for a while: its requests and wake-ups are lost."""
+        if node.link.faults.drop == 1.0:
+            return  # already cut off
+        self.cluster.counts["partition"] += 1
+        self.cluster.cut_off(node.name)
+        heal_in = self.rng.uniform(0, 2 * self.cluster.timing.ttl)
+        self.cluster.loop.call_later(
+            heal_in, self.cluster.heal, node.name, context=contextvars.Context()
         )

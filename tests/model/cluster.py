@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import random
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -50,6 +51,7 @@ class Cluster:
     def __init__(self, loop: VirtualLoop, world: World, rng: random.Random, faults: Faults,
                  names: tuple[str, ...], timing: Timing = TIMING) -> None:  # fmt: skip
         self.loop, self.world, self.rng, self.timing = loop, world, rng, timing
+        self.faults = faults
         self.counts: Counter[str] = Counter()
         self.tell: Callable[[str], None] = lambda _: None
         drift = timing.clock_drift * 0.475  # any two hosts' rates differ by < clock_drift
@@ -81,12 +83,13 @@ class Cluster:
     async def restart(self, name: str, down: float) -> None:
         """Stop the daemon (it hands over), keep it down for ``down`` seconds, start anew."""
         node = self.nodes[name]
-        assert node.election is not None and node.task is not None and node.backend is not None
+        task, backend = node.task, node.backend
+        assert node.election is not None and task is not None and backend is not None
         self.stop(name)
+        node.election = None  # stopping, it leads no more; and no second restart begins
         with contextlib.suppress(Exception):
-            await node.task
-        await node.backend.close()
-        node.election = None
+            await task
+        await backend.close()
         await asyncio.sleep(down)
         self.start(name)
 
@@ -114,6 +117,16 @@ class Cluster:
         self.tell(f"{name} resumes")
         self.nodes[name].clock.wake()
         self.loop.resume(name)
+
+    def cut_off(self, name: str) -> None:
+        """A partition: every request and wake-up of the node is lost on the way."""
+        self.tell(f"{name} cut off from the server")
+        link = self.nodes[name].link
+        link.faults = dataclasses.replace(link.faults, drop=1.0, wake_drop=1.0)
+
+    def heal(self, name: str) -> None:
+        self.tell(f"{name} reaches the server again")
+        self.nodes[name].link.faults = self.faults
 
     def leader(self) -> str | None:
         """The node that leads now, if any."""

@@ -238,7 +238,8 @@ class RowBackend(Backend):
         return []
 
     async def close(self) -> None:
-        self.server.listeners.remove((self.link, self.listener))
+        if (self.link, self.listener) in self.server.listeners:  # close is idempotent
+            self.server.listeners.remove((self.link, self.listener))
 
     async def _ask(self, kind: str, apply: Callable[[], Lease], timeout: float) -> Lease:
         lease = await self.link.request(kind, apply, timeout)
