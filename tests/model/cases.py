@@ -8,7 +8,8 @@ build with the fault, and runs its steps out cleanly on one without.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+
+from leaderd.engine import Election
 
 from .cluster import Cluster
 from .etcdclient import EtcdWorld
@@ -17,6 +18,12 @@ from .rowstore import RowWorld
 from .scheduler import Plan, WorldOf
 
 _STEPS = 20_000
+
+
+def _holder(election: Election) -> str | None:
+    """The holder the election's last answer named."""
+    lease = election.state.lease
+    return None if lease is None else lease.holder
 
 
 async def _leader(cluster: Cluster) -> str:
@@ -103,7 +110,7 @@ def cached_heartbeat() -> Plan:
         await cluster.until(lambda: election.state.last_error is not None, every=0.001)
         await asyncio.sleep(0.3)
         cluster.resume(heir)  # it acquires while the standby waits for its next round
-        await cluster.until(lambda: (election.state.lease or _NONE).holder == heir)
+        await cluster.until(lambda: _holder(election) == heir)  # the cached answer came
         cluster.stop(heir)  # its release grants the lease to the standby's spare
         await cluster.until(lambda: cluster.leader() == standby)
         cluster.cut_off(standby)
@@ -122,8 +129,6 @@ def cached_heartbeat_row() -> Plan:
         leader = await _leader(cluster)
         standby = next(name for name in cluster.nodes if name != leader)
         node = cluster.nodes[standby]
-        election = node.election
-        assert election is not None
         node.link.script["late_failure"] = ["yes"]
         node.link.script["cached_answer"] = ["no", "yes"]  # the failing round's, the next's
         await cluster.until(lambda: not node.link.script["cached_answer"], every=0.001)
@@ -132,11 +137,3 @@ def cached_heartbeat_row() -> Plan:
         cluster.cut_off(standby)
 
     return Plan(RowWorld, 1, _STEPS, CLEAN, ("a", "b"), chaos=False, scenario=scenario)
-
-
-@dataclasses.dataclass(frozen=True)
-class _NoLease:
-    holder: str | None = None
-
-
-_NONE = _NoLease()
