@@ -33,8 +33,8 @@ def test_exploration(world: str) -> None:
 
 
 def test_a_deadline_past_the_lease_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The checker is not blind: an engine that trusts the ttl without the drift and margin,
-    and one more second, is caught."""
+    """The checker is not blind: an engine that leads one second past its deadline is
+    caught."""
     honest = ElectionState._deadline_after
     monkeypatch.setattr(
         ElectionState, "_deadline_after", lambda self, t, lease: honest(self, t, lease) + 1.0
