@@ -159,6 +159,16 @@ def wait_for(
         time.sleep(interval)
 
 
+def metric(daemon: Daemon, name: str) -> float:
+    """The sum of the samples whose line starts with ``name`` on the daemon's /metrics."""
+    out = subprocess.run(
+        ["curl", "-sS", "--unix-socket", daemon.socket, "http://localhost/metrics"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    values = [float(line.split()[-1]) for line in out.splitlines() if line.startswith(name)]
+    return sum(values)
+
+
 def leaders(daemons: Sequence[Daemon]) -> list[Daemon]:
     return [d for d in daemons if d.alive() and d.is_leader()]
 
