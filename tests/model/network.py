@@ -33,9 +33,8 @@ class Faults:
     drop: float = 0.01  # the request never reaches the server
     lose_answer: float = 0.02  # applied; the answer is lost (connection reset)
     stall: float = 0.02  # held on the way: applied after the client gave up on it
-    # A release applied after its sender gave up and renewed: the path of a known fault
-    # (a release conditioned on no version: a fix is under way); 0 leaves it out.
-    stalled_release: float = 0.0
+    # A release applied after its sender gave up and renewed (a release in doubt).
+    stalled_release: float = 0.02
     slow_answer: float = 0.02  # applied; the answer arrives after the client gave up
     cache: float = 0.05  # the backend answers from its last answer, with no request
     late_failure: float = 0.02  # the answer reached the backend, the round failed after it

@@ -100,9 +100,16 @@ class RowServer:
     def observe(self, me: Candidate | None, ttl: float) -> Lease:
         return self.lease(self.hear(me, False, ttl) if me is not None else self.members())
 
-    def release(self, me: Candidate, term: int, reserve_for: str, ttl: float, grant: bool) -> None:
+    def release(
+        self, me: Candidate, term: int, reserve_for: str, ttl: float, grant: bool, version: str
+    ) -> None:
+        """As postgres.py's: only this holder's term, and with ``version`` only while the row
+        still has it (a release that arrives after a renewal of the same term changes nothing)."""
         r, now = self.row, self.now()
         if (r.holder, r.instance, r.term) != (me.node_id, me.instance, term):
+            return
+        if version and version != self._version():
+            self.tell(f"server: {me.instance}'s release of term {term} at {version} is stale")
             return
         heir = self._successor(me.node_id) if grant and not reserve_for else None
         to = f", reserved for {reserve_for}" if reserve_for else ""
@@ -226,10 +233,11 @@ class RowBackend(Backend):
         reserve_for: str = "",
         ttl: float = 0.0,
         grant: bool = False,
+        version: str = "",
     ) -> None:
         release = self.server.release
         await self.link.request("release", lambda: release(candidate, term, reserve_for, ttl,
-                                                           grant), 5.0)  # fmt: skip
+                                                           grant, version), 5.0)  # fmt: skip
 
     async def wait_for_change(self, election: str, timeout: float) -> Grant | None:
         return await self.listener.wait(election, timeout)

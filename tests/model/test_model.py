@@ -45,10 +45,6 @@ def test_a_deadline_past_the_lease_is_caught(monkeypatch: pytest.MonkeyPatch) ->
 
 FINDING_1 = "finding 1: the engine notes only the heartbeat its own request wrote (safety-etcd)"
 FINDING_2 = "finding 2: the etcd spare lease aged on CLOCK_BOOTTIME"
-FINDING_4 = (
-    "finding 4: releases conditioned on a version renewals change, and no leading again on "
-    "a term after an in-doubt release (safety-release)"
-)
 
 
 @pytest.mark.xfail(strict=True, raises=Violation, reason=FINDING_1)
@@ -72,10 +68,12 @@ def test_finding_2_control_a_pause_without_suspend() -> None:
     run(cases.suspended_spare(suspend=False))
 
 
-@pytest.mark.xfail(strict=True, raises=Violation, reason=FINDING_4)
 @pytest.mark.parametrize("to", [True, False], ids=["reserved", "granted"])
 @pytest.mark.parametrize("world", ["row", "etcd"])
 def test_finding_4_late_release(world: str, to: bool) -> None:
+    """A release held until after its sender renewed the same term changes nothing (failed on
+    main before the release-in-doubt rule: the lease went to another node while its sender
+    led)."""
     run(cases.late_release(to, WORLDS[world]))
 
 
@@ -86,12 +84,17 @@ def test_finding_4_control_release_applied_on_time(world: str, to: bool) -> None
     run(cases.late_release(to, WORLDS[world], fate="lose_answer"))
 
 
-@pytest.mark.xfail(strict=True, raises=Violation, reason=f"{FINDING_1}; {FINDING_2}; {FINDING_4}")
-@pytest.mark.parametrize("world", ["row", "etcd"])
-def test_exploration_with_the_known_paths(world: str) -> None:
-    """The exploration with the paths it leaves out today: late releases, host suspends
-    (etcd) and cached answers (row)."""
-    exploration(world, seed={"row": 2, "etcd": 6}[world], steps=50_000, known=True)
+SUSPECTED = (
+    "found by this model on main after the release-in-doubt rule: on etcd, an observe whose "
+    "timetolive reads a live lease as 0 s (whole seconds, rounded down) ends the doubt; the "
+    "process renews the same term and leads, and its held grant, conditioned on a mod "
+    "revision that keepalives keep, then applies"
+)
+
+
+@pytest.mark.xfail(strict=True, raises=Violation, reason=SUSPECTED)
+def test_etcd_exploration_seed_6() -> None:
+    exploration("etcd", seed=6, steps=50_000)
 
 
 def test_the_etcd_world_runs_the_real_backend() -> None:
