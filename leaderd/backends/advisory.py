@@ -33,7 +33,15 @@ import asyncpg
 from . import advisory_sql as sql
 from . import pg_records as records
 from .advisory_sql import advisory_key, session_settings
-from .base import Backend, BackendError, BackendFatal, BackendUnavailable, Candidate, Lease
+from .base import (
+    Backend,
+    BackendError,
+    BackendFatal,
+    BackendUnavailable,
+    Candidate,
+    Lease,
+    heard_in,
+)
 from .pgconn import Closer, connect, ensure_table, quote_literal_ms, request, rolled_back
 from .pglisten import Listener, notify_channel
 from .pgreservation import released_lease
@@ -130,7 +138,8 @@ class PostgresAdvisoryBackend(Backend):
         if s.granted:
             self._drop(s)  # cooling down: a lock waiting to be claimed goes back
         read = functools.partial(self._read, s, _DEFAULT_TIMEOUT, candidate, ttl)
-        return self._saw(s, await self._guard(s, "reading the lock", _DEFAULT_TIMEOUT, read))
+        lease = await self._guard(s, "reading the lock", _DEFAULT_TIMEOUT, read)
+        return self._saw(s, heard_in(lease, candidate))
 
     async def acquire_or_renew(
         self,
@@ -154,7 +163,7 @@ class PostgresAdvisoryBackend(Backend):
             # (the row is still this process's and live) or acquire.
             campaign = functools.partial(self._campaign, s, ask, wait, timeout)
             lease = await self._guard(s, "acquiring the lock", timeout, campaign)
-        return self._saw(s, lease)
+        return self._saw(s, heard_in(lease, candidate))
 
     async def release(
         self,

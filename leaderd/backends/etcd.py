@@ -133,6 +133,11 @@ class EtcdBackend(Backend):
         if candidate is not None:
             ask = _Ask(election, candidate, ttl, 0, give_up, 0, False, self._heard_at())
         state = await self._read(election, _DEFAULT_TIMEOUT, ask)
+        answer = await self._observed(election, state)
+        return answer if ask is None else replace(answer, heartbeat=_kept_in(ask))
+
+    async def _observed(self, election: str, state: _State) -> Lease:
+        """The answer of an observe: a held lease with what its lessor says is left."""
         if state.holder is None:
             return await self._reserved_answer(election, state, _DEFAULT_TIMEOUT)
         body = {"ID": state.holder.lease}
@@ -154,12 +159,18 @@ class EtcdBackend(Backend):
         give_up = time.monotonic() + timeout
         ask = _Ask(election, candidate, ttl, min_term, give_up, lost_term, True, self._heard_at())
         self._me[election] = candidate
-        state, fresh = self._states.get(election), False
+        state = self._states.get(election)
         news = election in self._news and not lost_term  # a lost term is recorded by a read
         if news and state is not None and _theirs(state, candidate):
             # etcd committed what the watch event says: name that holder now, without a
-            # request; the next round reads (and heartbeats) as usual.
-            return self._answer(election, state, None)
+            # request (cached: it leads no one); the next round reads and heartbeats as usual.
+            return replace(self._answer(election, state, None), cached=True)
+        # Every path below wrote this round's heartbeat: the answer names it, and no other.
+        return replace(await self._campaign(ask, state), heartbeat=_kept_in(ask))
+
+    async def _campaign(self, ask: _Ask, state: _State | None) -> Lease:
+        """Read, acquire or renew, until etcd's answer says which (three races at most)."""
+        election, candidate, fresh = ask.election, ask.me, False
         for _ in range(3):
             # Another holder (or nothing known) is always read again; a key a watch event said
             # was freed, or our own, go straight to their transaction or keepalive.

@@ -37,6 +37,7 @@ from .base import (
     Candidate,
     Grant,
     Lease,
+    heard_in,
 )
 from .records import EndReason, Member, Tenure
 from .sqlite_host import (
@@ -136,7 +137,7 @@ class SQLiteBackend(Backend):
         self._me[election] = candidate
         async with self._request("read", self._busy_timeout) as run:
             row, now, members = await run(self._heard, election, candidate, ttl)
-            return self._lease(election, row, now, members)
+            return heard_in(self._lease(election, row, now, members), candidate)
 
     def _heard(
         self, db: sqlite3.Connection, election: str, me: Candidate, ttl: float
@@ -175,7 +176,7 @@ class SQLiteBackend(Backend):
         self._me[election] = candidate
         async with self._request("acquire", timeout) as run:
             row, now, members = await run(self._claim, ask, candidate)
-            return self._lease(election, row, now, members)
+            return heard_in(self._lease(election, row, now, members), candidate)
 
     def _claim(
         self, db: sqlite3.Connection, ask: dict[str, Any], me: Candidate

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from .base import Backend, BackendFatal, BackendUnavailable, Candidate, Lease
+from .base import Backend, BackendFatal, BackendUnavailable, Candidate, Lease, heard_in
 from .records import HISTORY_RETENTION, EndReason, Member, Tenure
 
 
@@ -77,7 +77,7 @@ class StaticBackend(Backend):
             heard = (candidate, ttl, time.monotonic(), dt.datetime.now(dt.UTC))
             self._members[election, candidate.node_id, candidate.instance] = heard
         lease = self._leases.setdefault(election, _free(election, term=0))
-        return replace(lease, members=self._listed(election))
+        return heard_in(replace(lease, members=self._listed(election)), candidate)
 
     async def acquire_or_renew(
         self,
@@ -108,7 +108,7 @@ class StaticBackend(Backend):
             self._leases[election] = lease
             self._began(lease)
             self._wake(election)
-        return replace(lease, members=self._listed(election))
+        return heard_in(replace(lease, members=self._listed(election)), candidate)
 
     async def release(
         self,
