@@ -24,12 +24,12 @@ import asyncio
 import dataclasses
 import functools
 import math
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import asyncpg
 
+from ..clock import boottime
 from . import advisory_sql as sql
 from . import pg_records as records
 from .advisory_sql import advisory_key, session_settings
@@ -75,7 +75,7 @@ class _Session:
     conn: Any = None
     ttl: float = _DEFAULT_TTL
     term: int | None = None  # set while this session holds the lock and the row
-    kept_at: float = -math.inf  # monotonic send time of the last claim or renewal that held
+    kept_at: float = -math.inf  # CLOCK_BOOTTIME send time of the last claim or renewal that held
     granted: bool = False  # the lock is granted, the row not claimed: an unreleased holder
     stale: bool = False  # close it before the next use
     known_term: int = 0  # the highest term any answer showed
@@ -227,22 +227,22 @@ class PostgresAdvisoryBackend(Backend):
         session's, and the engine leads until its deadline (at most one ttl after the last
         renewal was sent), so the session is kept, and retried, until then; closing it
         sooner could free the lock under a node that still answers "leader"."""
-        sent = time.monotonic()
+        sent = boottime()
         try:
             async with request(self._pg, "renewing the lock", timeout):
                 return self._claimed(s, ask, await self._cas(s, ask), sent)
         except BackendError:
-            if time.monotonic() >= s.kept_at + s.ttl:
+            if boottime() >= s.kept_at + s.ttl:
                 s.term, s.stale = None, True  # the engine's deadline has passed: let go
             raise
 
     async def _campaign(self, s: _Session, ask: _Ask, wait: float, timeout: float) -> Lease:
-        deadline = time.monotonic() + timeout
+        deadline = boottime() + timeout
         conn = await self._connection(s, ask.ttl, timeout)
         if not s.granted:
             if not s.planned:
                 await self._plan(s, ask)
-            lock_wait, grace = _lock_budget(wait, deadline - time.monotonic())
+            lock_wait, grace = _lock_budget(wait, deadline - boottime())
             known = max(s.known_term, ask.min_term - 1)  # min_term: the engine's high-water + 1
             granted = await self._lock(s, conn, lock_wait, grace, known)
             if not granted:
@@ -259,7 +259,7 @@ class PostgresAdvisoryBackend(Backend):
                         )
                     return lease
             s.granted = True
-        sent = time.monotonic()
+        sent = boottime()
         lease = self._claimed(s, ask, await self._cas(s, ask), sent)
         lasts = lease.holder is not None and not lease.expired
         if s.granted and (lasts or lease.reserved_against(ask.candidate)):

@@ -31,13 +31,13 @@ import datetime as dt
 import itertools
 import logging
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
 
+from ..clock import boottime
 from .base import Backend, BackendError, BackendUnavailable, Candidate, Grant, Lease, LeaseLost
 from .etcd_gateway import EtcdClient, EtcdError, EtcdSettings, b64, prefix_end, unb64
 from .etcd_grant import Offers, grant_txn, successor
@@ -70,13 +70,13 @@ class _Ask:
     me: Candidate
     ttl: float
     min_term: int
-    give_up: float  # time.monotonic()
+    give_up: float  # on CLOCK_BOOTTIME: it bounds this request only
     lost_term: int = 0
     campaigning: bool = True  # an observe's heartbeat is not: it withdraws any candidacy
     heard_at: str = ""  # names this round's heartbeat, never another's (etcd_grant.py)
 
     def left(self) -> float:
-        return self.give_up - time.monotonic()
+        return self.give_up - boottime()
 
 
 class EtcdBackend(Backend):
@@ -128,7 +128,7 @@ class EtcdBackend(Backend):
     async def observe(
         self, election: str, candidate: Candidate | None = None, ttl: float = 0.0
     ) -> Lease:
-        give_up = time.monotonic() + _DEFAULT_TIMEOUT
+        give_up = boottime() + _DEFAULT_TIMEOUT
         ask = None
         if candidate is not None:
             ask = _Ask(election, candidate, ttl, 0, give_up, 0, False, self._heard_at())
@@ -156,7 +156,7 @@ class EtcdBackend(Backend):
         min_term: int = 0,
         lost_term: int = 0,
     ) -> Lease:
-        give_up = time.monotonic() + timeout
+        give_up = boottime() + timeout
         ask = _Ask(election, candidate, ttl, min_term, give_up, lost_term, True, self._heard_at())
         self._me[election] = candidate
         state = self._states.get(election)
@@ -361,7 +361,7 @@ class EtcdBackend(Backend):
         body["failure"] += [*self._heard(ask, spare), keys.list_members(), keys.list_candidates()]
         # A spare that is not fresh is kept alive with the transaction: its ttl then counts
         # from after the engine's t_send (0: it had expired). A fresh one counts what it has.
-        sent_at, refresh = time.monotonic(), not spare.fresh(ask.ttl)
+        sent_at, refresh = boottime(), not spare.fresh(ask.ttl)
         try:
             answer, kept = await asyncio.gather(
                 self._call("/v3/kv/txn", body, ask.left(), "acquiring the lease"),
@@ -388,7 +388,7 @@ class EtcdBackend(Backend):
     async def _renew(self, ask: _Ask, state: _State) -> tuple[_State, Lease | None]:
         """Keep our key's lease alive, and check that the key is still ours under it."""
         assert state.holder is not None
-        ours, sent_at = state.holder, time.monotonic()
+        ours, sent_at = state.holder, boottime()
         spare = self._spares.get(ask.election)
         if spare is not None and spare.id == ours.lease:  # granted to us: our lease now
             del self._spares[ask.election]
@@ -420,7 +420,7 @@ class EtcdBackend(Backend):
             if spare is None or not spare.ttl:  # none, or it had expired
                 self._spares[ask.election] = await self._grant(ask)
             elif spare.left() < _TEND * ask.ttl:
-                sent_at = time.monotonic()
+                sent_at = boottime()
                 kept = await self._keepalive(spare.id, ask)
                 if self._spares.get(ask.election) is spare:
                     self._spares[ask.election] = replace(
@@ -430,7 +430,7 @@ class EtcdBackend(Backend):
             return  # the round's own request says what is wrong
 
     async def _grant(self, ask: _Ask) -> _Spare:
-        sent_at = time.monotonic()
+        sent_at = boottime()
         lease, ttl = await self._grant_lease(ask.ttl, ask.left())
         return _Spare(lease, ttl, sent_at, _kept_in(ask))
 

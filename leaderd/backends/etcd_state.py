@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from ..clock import boottime
 from .etcd_gateway import unb64
 
 log = logging.getLogger("leaderd.backends.etcd")
@@ -73,7 +73,7 @@ class Spare:
 
     id: int
     ttl: int  # its ttl in etcd: whole seconds, at least etcd's minimum
-    kept_at: float  # time.monotonic() when its grant or last keepalive was SENT
+    kept_at: float  # CLOCK_BOOTTIME when its grant or last keepalive was SENT: it ages on it
     # The heard_at of the round that sent that grant or keepalive (after the engine's send
     # time for the round): a release's grant of this lease counts from it. None: unknown.
     kept_in: dt.datetime | None = None
@@ -81,7 +81,7 @@ class Spare:
     def left(self) -> float:
         """Seconds it surely has left: its age counts as age / 0.9, so that whatever the
         clocks' rates (drift < 10%), it never outlasts what etcd's lessor gives it."""
-        return self.ttl - (time.monotonic() - self.kept_at) / SLOW
+        return self.ttl - (boottime() - self.kept_at) / SLOW
 
     def fresh(self, ttl: float) -> bool:
         """3/4 of a ttl left: the new leader's first deadline comes well after its first renewal."""

@@ -17,7 +17,6 @@ import logging
 import os
 import re
 import sqlite3
-import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -26,7 +25,7 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from ..clock import boottime
+from ..clock import boottime, wall_time
 from . import sqlite_grant
 from . import sqlite_records as records
 from .base import (
@@ -188,7 +187,7 @@ class SQLiteBackend(Backend):
         now = boottime()  # read under the write lock: no one can commit in between
         before = _fetch(db, self._select, election)
         self._check_foreign(election, before)
-        wall = time.time()
+        wall = wall_time()
         db.execute(
             CAS.format(table=self.table),
             {
@@ -239,7 +238,7 @@ class SQLiteBackend(Backend):
         self, db: sqlite3.Connection, params: dict[str, Any], reason: EndReason, grant: bool
     ) -> None:
         db.execute("BEGIN IMMEDIATE")
-        wall = time.time()  # read under the write lock, as the member ages it compares
+        wall = wall_time()  # read under the write lock, as the member ages it compares
         params = {**params, "wall": iso(wall), "wall_seconds": wall, "now": boottime()}
         granted = grant and sqlite_grant.grant(db, self.table, params)
         if granted or db.execute(RELEASE.format(table=self.table), params).rowcount > 0:
@@ -388,7 +387,7 @@ class SQLiteBackend(Backend):
 
     def _clock(self, now: float, ttl: float) -> dict[str, Any]:
         """How a member's heartbeat is timed: this host's clocks, and the member's ttl."""
-        return {"wall": iso(time.time()), "boot_id": self._boot_id, "now": now, "ttl": ttl}
+        return {"wall": iso(wall_time()), "boot_id": self._boot_id, "now": now, "ttl": ttl}
 
     def _check_foreign(self, election: str, row: _Row | None) -> None:
         if row is not None:
