@@ -33,18 +33,9 @@ from ..clock import boottime
 from . import advisory_sql as sql
 from . import pg_records as records
 from .advisory_sql import advisory_key, session_settings
-from .base import (
-    Backend,
-    BackendError,
-    BackendFatal,
-    BackendUnavailable,
-    Candidate,
-    Lease,
-    heard_in,
-)
+from .base import Backend, BackendError, BackendFatal, BackendUnavailable, Candidate, Lease
 from .pgconn import Closer, connect, ensure_table, quote_literal_ms, request, rolled_back
 from .pglisten import Listener, notify_channel
-from .pgreservation import released_lease
 from .pgsettings import PgSettings
 from .records import EndReason, Tenure
 
@@ -138,8 +129,7 @@ class PostgresAdvisoryBackend(Backend):
         if s.granted:
             self._drop(s)  # cooling down: a lock waiting to be claimed goes back
         read = functools.partial(self._read, s, _DEFAULT_TIMEOUT, candidate, ttl)
-        lease = await self._guard(s, "reading the lock", _DEFAULT_TIMEOUT, read)
-        return self._saw(s, heard_in(lease, candidate))
+        return self._saw(s, await self._guard(s, "reading the lock", _DEFAULT_TIMEOUT, read))
 
     async def acquire_or_renew(
         self,
@@ -163,7 +153,7 @@ class PostgresAdvisoryBackend(Backend):
             # (the row is still this process's and live) or acquire.
             campaign = functools.partial(self._campaign, s, ask, wait, timeout)
             lease = await self._guard(s, "acquiring the lock", timeout, campaign)
-        return self._saw(s, heard_in(lease, candidate))
+        return self._saw(s, lease)
 
     async def release(
         self,
@@ -386,18 +376,18 @@ class PostgresAdvisoryBackend(Backend):
             if lease is not None:
                 return lease
             await asyncio.sleep(0.002 * (attempt + 1))
-        return _free(s.election, row, me, ttl)
+        return sql.free_lease(s.election, row, me, ttl)
 
     def _judge(self, election: str, row: Any, me: Candidate | None, ttl: float) -> Lease | None:
         """What an observer may say from one read; None while a claim is under way."""
         locked, recorded = row["lock_pid"] is not None, row["recorded"]
         if row["holder"] is None:  # released (its session may be freeing the lock)
-            return None if locked and not recorded else _free(election, row, me, ttl)
+            return None if locked and not recorded else sql.free_lease(election, row, me, ttl)
         if recorded:  # the holder's own session holds the lock: live, no expiry
             return sql.row_lease(election, row, True, me, ttl)
         if self._pg.takeover == "wait":  # unreleased: its lease lasts until expires_at
             return sql.row_lease(election, row, False, me, ttl)
-        return None if locked else _free(election, row, me, ttl)
+        return None if locked else sql.free_lease(election, row, me, ttl)
 
     # -- the lock session ----------------------------------------------------------
 
@@ -485,9 +475,3 @@ def _lock_budget(wait: float, left: float) -> tuple[float, float]:
     clock stepped back) answers lock_timeout only that much later."""
     lock_wait = max(0.0, min(wait, left - min(1.0, left / 2)))
     return lock_wait, min(_LOCK_ANSWER_GRACE, (left - lock_wait) / 2)
-
-
-def _free(election: str, row: Any, me: Candidate | None, ttl: float) -> Lease:
-    """The lock is free (or about to be): the row's term, its reservation while it lasts,
-    and the members it lists."""
-    return released_lease(election, row, records.members(row["members"], me, ttl))

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from ..clock import boottime
+from .base import Candidate
 from .etcd_gateway import unb64
 
 log = logging.getLogger("leaderd.backends.etcd")
@@ -86,6 +87,28 @@ class Spare:
     def fresh(self, ttl: float) -> bool:
         """3/4 of a ttl left: the new leader's first deadline comes well after its first renewal."""
         return self.left() >= FRESH * ttl
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One request of the etcd backend: who asks, for how long, and until when it may take."""
+
+    election: str
+    me: Candidate
+    ttl: float
+    min_term: int
+    give_up: float  # on CLOCK_BOOTTIME: it bounds this request only
+    lost_term: int = 0
+    campaigning: bool = True  # an observe's heartbeat is not: it withdraws any candidacy
+    heard_at: str = ""  # names this round's heartbeat, never another's (etcd_grant.py)
+
+    def left(self) -> float:
+        return self.give_up - boottime()
+
+
+def kept_in(ask: Ask) -> dt.datetime:
+    """The round a grant or keepalive sent now is part of, as its heartbeat names it."""
+    return dt.datetime.fromisoformat(ask.heard_at)
 
 
 def compare(key: str, target: str, revision: int) -> dict[str, Any]:
