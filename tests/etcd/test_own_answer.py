@@ -7,15 +7,16 @@ The sequence, forced with a fault proxy on the standby's gateway traffic (gatewa
 
 1. node-a leads; node-b and node-c stand by, each with a spare lease. node-c is frozen.
 2. node-a resigns to node-c: the lease is reserved for node-c. node-b's rounds read the
-   election and keep their spare alive, then stall on the reservation's timetolive call,
-   which the proxy holds, and fail.
-3. node-b is cut off from every request but its watch. node-c resumes and acquires; the
-   watch event names it, and node-b's next round answers from it without a request.
+   election and keep their spare alive, then fail on the reservation's timetolive call,
+   which the proxy refuses.
+3. node-b is cut off from every request but its watch, for CUT_OFF seconds: its rounds
+   fail, none keeps the spare alive. node-c resumes and acquires; the watch event names it,
+   and node-b's next round answers from it without a request.
 4. node-c is stopped (SIGTERM): its release grants the lease to node-b's spare, last kept
-   alive by a round that failed. Cut off, node-b hears of it by its watch alone.
+   alive by a round that failed. node-b hears of it by its watch, then loses that too.
 5. etcd's lessor expires that spare (node-b cannot renew it). From then on node-b must not
    answer "leader": its deadline counts from a send time before that keepalive, or it
-   does not lead at all.
+   does not lead at all. On the code before the rule, it led until CUT_OFF seconds later.
 """
 
 from __future__ import annotations
@@ -56,10 +57,10 @@ def proxy(etcd: EtcdCluster) -> Iterator[GatewayProxy]:
 def trio(etcd: EtcdCluster, proxy: GatewayProxy) -> Iterator[tuple[Daemon, Daemon, Daemon]]:
     """node-a leading; node-b (through the proxy, to one member) and node-c standing by."""
     workdir, prefix = short_tempdir(), f"/leaderd-test/{uuid.uuid4().hex[:10]}/"
-    timing = {"ttl": TTL, "renew_interval": RENEW, "retry_interval": RETRY}
     url = etcd.url(prefix=prefix)
     proxied = f"etcd://127.0.0.1:{proxy.port}/?prefix={prefix}"
-    a, b, c = (Daemon(f"node-{n}", u, workdir=workdir, **timing)  # type: ignore[arg-type]
+    a, b, c = (Daemon(f"node-{n}", u, workdir=workdir, ttl=TTL, renew_interval=RENEW,
+                      retry_interval=RETRY)
                for n, u in (("a", url), ("b", proxied), ("c", url)))  # fmt: skip
     try:
         a.start().wait_ready()
