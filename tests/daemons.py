@@ -184,3 +184,17 @@ def only_leader_for(leader: Daemon, others: Sequence[Daemon], seconds: float = 1
     for _ in range(max(1, round(seconds / 0.05))):
         assert leaders([leader, *others]) == [leader]
         time.sleep(0.05)
+
+
+def leaderd_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 30.0
+) -> subprocess.CompletedProcess[str]:
+    """`leaderd ARGS...` as a user runs it (this checkout's code); its output as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "leaderd", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        check=False,
+    )

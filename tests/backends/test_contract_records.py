@@ -39,6 +39,19 @@ async def test_every_request_registers_its_candidate_as_a_member(store: Store) -
     assert set(listed(await (await store.new()).observe(E))) == set(members)
 
 
+async def test_each_answer_names_the_heartbeat_its_own_request_wrote(store: Store) -> None:
+    """Only a request's own answer makes a leader (docs/algorithm.md): the engine files a
+    heartbeat only from ``Lease.heartbeat``, so each answer names the one it wrote."""
+    a, b = await store.new(), await store.new()
+    answers = [(await acquire(a, A), A), (await follow(b, B), B),
+               (await b.observe(E, B, LONG_TTL), B), (await acquire(a, A), A),
+               (await follow(b, B), B)]  # fmt: skip
+    for lease, who in answers:
+        assert not lease.cached and lease.heartbeat is not None
+        assert listed(lease)[who.node_id, who.instance].heard_at == lease.heartbeat
+    assert (await b.observe(E)).heartbeat is None  # a read that names nobody writes none
+
+
 async def test_a_node_id_in_two_processes_is_two_members(store: Store) -> None:
     a, twin = await store.new(), await store.new()
     await held(a, A)
