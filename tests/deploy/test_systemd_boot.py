@@ -52,9 +52,10 @@ class Machine:
 
     def run(self, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         enter = ["nsenter", "-t", str(self.pid), "-m", "-p", "-r", "-w"]
-        # The machine's own PATH: the host's may hold a leaderd of a checkout in /tmp,
+        # The machine's own environment: ours points leaderd's defaults at a test directory
+        # (tests/conftest.py), and the host's PATH may hold a leaderd of a checkout in /tmp,
         # which the machine's private /tmp hides.
-        inside = ["env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+        inside = ["env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
         return run([*enter, *inside, *cmd], check=check, timeout=60)
 
     def show(self, unit: str, prop: str) -> str:
