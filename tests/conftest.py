@@ -33,6 +33,25 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_PRIVATE, ignore_errors=True)
 
 
+# The fast lane (`make test-fast`, and first in `make test`): the rules, in about three
+# minutes. Whole directories and files under tests/, and the contract suite on the backends
+# that need no server.
+FAST_PATHS = ("engine/", "api/", "test_config.py", "test_config_fuzz.py", "test_structure")
+FAST_PATHS += ("test_host_isolation.py",)
+FAST_CONTRACT = ("backends/test_contract.py", "backends/test_contract_records.py")
+FAST_BACKENDS = ("sqlite", "static", "static-with-term-file")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests = os.path.dirname(__file__)
+    for item in items:
+        where = os.path.relpath(item.path, tests)
+        callspec = getattr(item, "callspec", None)
+        on_embedded = callspec is not None and callspec.params.get("store") in FAST_BACKENDS
+        if where.startswith(FAST_PATHS) or (where.startswith(FAST_CONTRACT) and on_embedded):
+            item.add_marker(pytest.mark.fast)
+
+
 @pytest.fixture(autouse=True)
 def no_daemon_left_behind() -> Iterator[None]:
     """A test that fails half-way must not leave its daemons running."""

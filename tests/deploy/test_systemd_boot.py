@@ -32,8 +32,9 @@ from leaderd.backends import Candidate, backend_from_url
 
 from ._tools import ROOT, require, run, source_copy
 
-# Booting systemd and staging a pip install: the module fixture's first test pays for both.
-pytestmark = [pytest.mark.deploy, pytest.mark.timeout(300)]
+# Staging a pip install (its own timeout: 600 s) and booting systemd: the module fixture's
+# first test pays for both.
+pytestmark = [pytest.mark.deploy, pytest.mark.timeout(900)]
 
 BOOT = Path(__file__).with_name("boot-systemd.sh")
 LAUNCHER = """#!/usr/bin/python3 -s
