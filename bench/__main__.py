@@ -2,6 +2,7 @@
 
     python -m bench                          # everything, about 8 minutes on 2 cores
     python -m bench --only handover,etcd --backends postgresql --handovers 50
+    python -m bench --only handover --backends sqlite,postgresql,postgresql+advisory,etcd
 
 Writes every figure and raw sample to bench/results/latest.json (git-ignored).
 Exit code 1 if a measurement could not be made (not when a target is missed).
@@ -61,10 +62,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--backends",
-        type=_names(BACKENDS),
+        type=_names((*BACKENDS, "etcd")),
         default=list(BACKENDS),
         metavar="LIST",
-        help=f"backends for handover, failover and qps: {','.join(BACKENDS)}",
+        help=f"backends for handover, failover and qps: {','.join(BACKENDS)}; etcd: "
+        "leaderd's handover on the etcd cluster of etcdctl's reference",
     )
     p.add_argument("--handovers", type=int, default=30, help="graceful handovers per backend")
     p.add_argument("--failovers", type=int, default=15, help="crash failovers per backend")
@@ -177,6 +179,10 @@ class Bench:
             self.figures = [f for f in self.figures if f.family not in {"watch", "rss"} - keep]
         if "rss" in only:
             await self.step("startup", startup.measure)
+        if "handover" in only and not etcd.missing() and "etcd" not in only:
+            with_etcd = "etcd" in a.backends
+            work = functools.partial(etcd.reference, a.handovers, a.etcd_fsync, with_etcd)
+            await self.step(etcd.REFERENCE, work)
         for name in group.available:
             if "handover" in only and name != handover.IMMEDIATE:  # same path as the default
                 work = functools.partial(handover.handover, name, group.url(name), a.handovers)

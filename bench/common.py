@@ -13,6 +13,7 @@ import resource
 import shutil
 import sys
 import time
+import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Protocol
@@ -33,7 +34,7 @@ class Timing:
     retry_interval: float
 
 
-# The daemon defaults (DESIGN §4): the steady-state and graceful-handover timing.
+# The daemon defaults: the steady-state and graceful-handover timing.
 DEFAULT_TIMING = Timing(ttl=15.0, renew_interval=5.0, retry_interval=2.0)
 # A short TTL, so a crash failover takes seconds (the tests' timing, tests/daemons.py).
 SHORT_TIMING = Timing(ttl=2.0, renew_interval=0.5, retry_interval=0.25)
@@ -209,7 +210,7 @@ async def metric_sums(socket_path: str) -> dict[str, float]:
 
 
 async def backend_requests(socket_path: str) -> dict[str, float]:
-    """Backend requests this daemon has made so far (DESIGN §6 histogram count), by
+    """Backend requests this daemon has made so far (the request histogram's count), by
     operation, and their sum under "total"."""
     counts = {"total": 0.0}
     for name, labels, value in await metric_samples(socket_path):
@@ -320,6 +321,12 @@ class Cluster:
                 d.stop(timeout=10)
             d.kill()
 
+    async def restart(self, daemon: Daemon) -> None:
+        """SIGTERM ``daemon`` (it hands over if it leads), start it again, wait till ready."""
+        await asyncio.to_thread(daemon.stop, 30)
+        daemon.start()
+        await wait_ready(daemon)
+
     def alive(self) -> list[Daemon]:
         return [d for d in self.daemons if d.alive()]
 
@@ -346,9 +353,17 @@ async def wait_ready(daemon: Daemon, timeout: float = 30.0) -> None:
     await until(f"{daemon.node_id} to be ready", timeout, ready, interval=0.01)
 
 
+def file_directory(backend_url: str) -> str | None:
+    """The directory of a sqlite:// URL's file; None for other backends."""
+    if not backend_url.startswith("sqlite:"):
+        return None
+    return os.path.dirname(urllib.parse.urlsplit(backend_url).path) or None
+
+
 @contextlib.asynccontextmanager
 async def cluster(backend_url: str, size: int, timing: Timing, tag: str) -> AsyncIterator[Cluster]:
-    workdir = short_tempdir("ldb-")
+    # Sockets and logs beside a SQLite file, as users start daemons (inotify sees the logs).
+    workdir = file_directory(backend_url) or short_tempdir("ldb-")
     group = Cluster(backend_url, size, workdir, timing, tag)
     try:
         await group.start()
@@ -365,7 +380,7 @@ class Backends:
     """Backend URLs for the bench: a SQLite file per cluster, one throwaway PostgreSQL."""
 
     def __init__(self, wanted: Sequence[str]) -> None:
-        self.wanted = list(wanted)
+        self.wanted = [b for b in wanted if b != "etcd"]  # etcd's own cluster: bench/etcd.py
         self.skipped: dict[str, str] = {}
         self._dir = short_tempdir("ldb-db-")
         self._pg: Any = None
@@ -389,7 +404,11 @@ class Backends:
 
     def url(self, backend: str) -> str:
         if backend == "sqlite":
-            return f"sqlite://{self._dir}/{uuid.uuid4().hex[:8]}.db"
+            # As users write it: "sqlite:///" then an absolute path (so the path begins with
+            # "//"), in a directory of its own that a cluster's sockets and logs share.
+            directory = os.path.join(self._dir, uuid.uuid4().hex[:8])
+            os.mkdir(directory)
+            return f"sqlite:///{directory}/h.db"
         assert self._pg is not None, backend
         scheme, _, takeover = backend.partition(":")
         params = {"takeover": takeover} if takeover else {}

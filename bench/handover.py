@@ -1,11 +1,13 @@
 """Graceful handover (SIGTERM the leader) and crash failover (SIGKILL the leader).
 
-Three daemons in one election. Every follower has a `/watch` long poll already waiting
-(checked through `leaderd_watchers`) when the signal is sent; the clock starts right
-before the signal. "first" is when the first watch answers naming a new leader (in
-practice the new leader's own watch saying it leads); "all" is when every surviving
-daemon's watch names it. The stopped daemon is restarted and the cluster settles before
-the next sample.
+Three daemons in one election, started as users start them: the daemon's default timing
+and log level, a SQLite file named "sqlite:///" + an absolute path with the sockets and
+logs beside it. One standby is restarted before the first sample, and the stopped daemon
+after each, so a restarted standby is always among the candidates. Every follower has a
+`/watch` long poll already waiting (checked through `leaderd_watchers`) when the signal is
+sent; the clock starts right before the signal. "first" is when the first follower's watch
+answers naming a new leader (in practice the new leader's own watch saying it leads); "all"
+is when every surviving daemon's watch names it.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from .common import (
 )
 
 SIZE = 3
-# DESIGN §1.6 / issue 3 targets, in seconds.
+# The absolute targets of issue 3, in seconds (the ratio to etcdctl's is bench/etcd.py's).
 HANDOVER_P50 = {"postgresql": 0.005, "postgresql+advisory": 0.005}
 HANDOVER_P99 = {"sqlite": 0.050, "postgresql": 0.020, "postgresql+advisory": 0.020}
 IMMEDIATE = "postgresql+advisory:immediate"  # takeover=immediate: round-trip crash failover
@@ -93,6 +95,8 @@ async def measure(
     tag = "ho" if signum == signal.SIGTERM else "co"
     samples: list[dict[str, float]] = []
     async with cluster(url, SIZE, timing, tag) as group:
+        leader = await group.settled()
+        await group.restart(next(d for d in group.daemons if d is not leader))
         for _ in range(count):
             samples.append(await one_sample(group, signum))
     return {
@@ -106,6 +110,11 @@ async def measure(
 
 async def handover(backend: str, url: str, count: int) -> tuple[list[Figure], dict[str, Any]]:
     data = await measure(backend, url, count, signal.SIGTERM, DEFAULT_TIMING)
+    return handover_figures(backend, data), data
+
+
+def handover_figures(backend: str, data: dict[str, Any]) -> list[Figure]:
+    """The first follower's answer at p50 and p99, and when every follower agrees."""
     first, all_ = data["first"], data["all"]
     figures = []
     p50_target = HANDOVER_P50.get(backend)
@@ -120,7 +129,7 @@ async def handover(backend: str, url: str, count: int) -> tuple[list[Figure], di
             judge(first["p50"], p50_target) if p50_target else None,
         )
     )
-    p99_target = HANDOVER_P99[backend]
+    p99_target = HANDOVER_P99.get(backend)
     figures.append(
         Figure(
             "handover",
@@ -128,8 +137,8 @@ async def handover(backend: str, url: str, count: int) -> tuple[list[Figure], di
             "graceful handover p99",
             ms(first["p99"]),
             "ms",
-            f"<= {ms(p99_target):g} ms",
-            judge(first["p99"], p99_target),
+            f"<= {ms(p99_target):g} ms" if p99_target else "",
+            judge(first["p99"], p99_target) if p99_target else None,
             note=f"n={first['n']}, max {ms(first['max']):.1f} ms",
         )
     )
@@ -143,7 +152,7 @@ async def handover(backend: str, url: str, count: int) -> tuple[list[Figure], di
             note=f"p99 {ms(all_['p99']):.1f} ms",
         )
     )
-    return figures, data
+    return figures
 
 
 async def failover(backend: str, url: str, count: int) -> tuple[list[Figure], dict[str, Any]]:

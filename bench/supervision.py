@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from leaderd.keeper import Lines
+from leaderd.keeper_protocol import Lines
 from leaderd.probe import keeper_argv
 from tests.daemons import short_tempdir, wait_for
 from tests.supervisor.cluster import Cluster

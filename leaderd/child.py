@@ -27,7 +27,18 @@ from .containment import (
     signal_tree,
 )
 from .events import Event, extra
-from .keeper import CONTAINED, DEADLINE, ERROR, EXIT, PID, SIGNAL, SKIPPED, STOP, Lines, encode
+from .keeper_protocol import (
+    CONTAINED,
+    DEADLINE,
+    ERROR,
+    EXIT,
+    PID,
+    SIGNAL,
+    SKIPPED,
+    STOP,
+    Lines,
+    encode,
+)
 from .probe import keeper_argv
 
 log = logging.getLogger("leaderd.supervisor")

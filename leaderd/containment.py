@@ -3,15 +3,18 @@
 The keeper (leaderd/keeper.py) uses the first of these that works on the host; this module
 is standard library only, like the keeper that imports it.
 
-- ``Pidns``: a PID namespace of its own, under a small init (PID 1 there, a fork of the keeper
-  that dies with it). When that init dies, the kernel SIGKILLs every process in the
-  namespace, and the init's exit completes only once all of them are gone: nothing COMMAND
-  starts can outlive the keeper, and no process can leave a PID namespace. Needs
+In each, COMMAND runs below a *guard* (leaderd/guard.py), a fork of the keeper that dies with
+it and holds the lease deadline by itself.
+
+- ``Pidns``: a PID namespace of its own, under the guard as its init (PID 1 there). When that
+  init dies, the kernel SIGKILLs every process in the namespace, and the init's exit
+  completes only once all of them are gone: nothing COMMAND starts can outlive the keeper,
+  and no process can leave a PID namespace. Needs
   CAP_SYS_ADMIN, or (not root) an unprivileged user namespace that maps the uid to itself.
 - ``Cgroup``: a group of leaderd's delegated cgroup v2 subtree; ``cgroup.kill`` kills all of it
   at once, and ``cgroup.events`` says when it is empty.
-- ``Session``: a process group of its own. The keeper is a child subreaper, so descendants
-  that leave the group (``setsid()``, a double fork) stay its descendants and it signals them.
+- ``Session``: a process group of its own. The guard and the keeper are child subreapers, so
+  descendants that leave the group (``setsid()``, a double fork) stay theirs, and are signalled.
 """
 
 from __future__ import annotations
@@ -21,13 +24,15 @@ import ctypes
 import math
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-# The init of a PID namespace: (argv, env, fd to report on, fd whose EOF says the keeper died).
-Init = Callable[[list[str], dict[str, str], int, int], NoReturn]
+from .keeper_protocol import DEADLINE, encode
+
+# The guard (leaderd/guard.py): (its containment, argv, env, fd to report on, fd of the
+# keeper's deadlines whose EOF says the keeper died).
+Init = Callable[["Session", list[str], dict[str, str], int, int], NoReturn]
 
 
 # ---- processes, read from /proc and signalled without pid-reuse races ----
@@ -135,42 +140,65 @@ def why_not(exc: BaseException) -> str:
 
 
 class Session:
-    """COMMAND in a process group of its own; the keeper, a subreaper, signals every
-    descendant. The base of the other two."""
+    """COMMAND in a process group of its own, below its guard (leaderd/guard.py): a fork of
+    the keeper, a child subreaper, that holds the lease deadline. Descendants that leave the
+    group stay descendants of the guard (or of the keeper, once the guard is gone), and are
+    signalled. The base of the other two."""
 
     mode = "session"
 
-    def __init__(self) -> None:
-        self.command = 0  # COMMAND's pid, as the host sees it
-        self.child = 0  # the keeper's child: COMMAND, or the init of a PID namespace
+    def __init__(self, init: Init) -> None:
+        self.init = init
+        self.child = 0  # the keeper's child: the guard
         self.reaped = False
-        self.messages: int | None = None  # a pipe the child reports on, if any
+        self.messages: int | None = None  # the pipe the guard reports on
+        self.deadline = math.inf  # the lease's self-fence deadline, as the keeper knows it
+        self._orders = -1  # the guard's orders pipe: the keeper's deadlines
+        self._owed = False  # a deadline the guard has not been told (its pipe was full)
 
     def prepare(self) -> None:
         """Raise OSError if this containment is not available here."""
 
     def handle(self) -> str:
-        return str(self.command)
+        return str(self.child)
 
     def start(self, argv: list[str], env: dict[str, str], private: Sequence[int]) -> None:
-        keeper = os.getpid()
-
-        def in_child() -> None:  # safe: the keeper is single-threaded
-            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # dies with its keeper, even SIGKILLed
-            if os.getppid() != keeper:
-                os._exit(1)
-            self.join()
-
-        proc = subprocess.Popen(argv, env=env, process_group=0, preexec_fn=in_child)
-        self.command = self.child = proc.pid
+        """Fork the guard, which starts COMMAND (in a PID namespace, as its PID 1)."""
+        out_r, out_w = os.pipe()
+        orders_r, orders_w = os.pipe()  # its write end lives as long as the keeper
+        pid = os.fork()
+        if pid == 0:
+            for fd in (*private, out_r, orders_w):
+                os.close(fd)
+            self.init(self, argv, env, out_w, orders_r)
+        os.close(out_w)
+        os.close(orders_r)
+        os.set_blocking(orders_w, False)  # a frozen guard must not freeze its keeper
+        self.child, self.messages, self._orders = pid, out_r, orders_w
 
     def join(self) -> None:
         """In COMMAND's process, before exec: enter the containment."""
 
+    def extend(self, deadline: float) -> None:
+        """A new lease deadline, for the keeper's switch and the guard's."""
+        self.deadline = deadline
+        self._owed = True
+        self.flush()
+
+    def flush(self) -> None:
+        """Pass on a deadline the guard could not take yet."""
+        if not self._owed or self._orders < 0:
+            return
+        try:
+            os.write(self._orders, encode(DEADLINE, repr(self.deadline)))  # atomic: < PIPE_BUF
+        except BlockingIOError:
+            return  # the guard is frozen with a full pipe: again at the keeper's next turn
+        except OSError:
+            pass  # the guard is gone
+        self._owed = False
+
     def signal(self, signum: int) -> None:
-        if not self.reaped:
-            with contextlib.suppress(OSError):
-                os.killpg(self.command, signum)
+        """From the keeper: signal the guard and every descendant."""
         signal_tree(os.getpid(), signum)
 
     def terminate(self) -> None:
@@ -180,7 +208,7 @@ class Session:
         self.signal(signal.SIGKILL)
 
     def forward(self, signum: int) -> None:
-        if not self.reaped:
+        if not self.reaped:  # the guard passes it on to COMMAND
             with contextlib.suppress(OSError):
                 os.kill(self.child, signum)
 
@@ -188,14 +216,18 @@ class Session:
         """Once the keeper has no child left: is nothing else left either?"""
         return True
 
+    def everyone(self, signum: int) -> None:
+        """From the guard: signal every process of the tree but the guard."""
+        signal_tree(os.getpid(), signum)
+
 
 class Cgroup(Session):
     """COMMAND in a cgroup v2 group: killed all at once, its emptiness known by the kernel."""
 
     mode = "cgroup"
 
-    def __init__(self, path: str) -> None:
-        super().__init__()
+    def __init__(self, init: Init, path: str) -> None:
+        super().__init__(init)
         self.path = path
 
     def prepare(self) -> None:
@@ -225,6 +257,11 @@ class Cgroup(Session):
     def empty(self) -> bool:
         return cgroup_empty(self.path)
 
+    def everyone(self, signum: int) -> None:
+        if signum == signal.SIGKILL:
+            cgroup_kill(self.path)
+        super().everyone(signum)
+
 
 def cgroup_kill(path: str) -> None:
     """SIGKILL every process in the group and below, at once (forks cannot escape it)."""
@@ -241,13 +278,9 @@ def cgroup_empty(path: str) -> bool:
 
 
 class Pidns(Session):
-    """COMMAND in a PID namespace under an init that dies with the keeper."""
+    """COMMAND in a PID namespace whose init, PID 1 there, is the guard."""
 
     mode = "pidns"
-
-    def __init__(self, init: Init) -> None:
-        super().__init__()
-        self.init = init
 
     def prepare(self) -> None:
         if os.geteuid() == 0:
@@ -263,25 +296,14 @@ class Pidns(Session):
             with open(f"/proc/self/{name}", "w") as f:
                 f.write(text)
 
-    def handle(self) -> str:
-        return str(self.child)
-
-    def start(self, argv: list[str], env: dict[str, str], private: Sequence[int]) -> None:
-        out_r, out_w = os.pipe()
-        alive_r, alive_w = os.pipe()  # its write end lives as long as the keeper
-        pid = os.fork()
-        if pid == 0:
-            for fd in (*private, out_r, alive_w):
-                os.close(fd)
-            self.init(argv, env, out_w, alive_r)
-        os.close(out_w)
-        os.close(alive_r)
-        self.child, self.messages, self._alive = pid, out_r, alive_w
-
     def signal(self, signum: int) -> None:
         if not self.reaped:  # the init passes SIGTERM to all; SIGKILL ends the namespace
             with contextlib.suppress(OSError):
                 os.kill(self.child, signum)
+
+    def everyone(self, signum: int) -> None:
+        with contextlib.suppress(OSError):
+            os.kill(-1, signum)  # from PID 1: every process of the namespace but itself
 
 
 def choose(specs: Sequence[str], init: Init) -> tuple[Session, list[tuple[str, str]]]:
@@ -289,11 +311,17 @@ def choose(specs: Sequence[str], init: Init) -> tuple[Session, list[tuple[str, s
     skipped = []
     for spec in specs:
         mode, _, path = spec.partition("=")
-        tree = Pidns(init) if mode == "pidns" else Cgroup(path) if mode == "cgroup" else Session()
+        tree = (
+            Pidns(init)
+            if mode == "pidns"
+            else Cgroup(init, path)
+            if mode == "cgroup"
+            else Session(init)
+        )
         try:
             tree.prepare()
         except OSError as exc:
             skipped.append((tree.mode, why_not(exc)))
             continue
         return tree, skipped
-    return Session(), skipped
+    return Session(init), skipped

@@ -18,6 +18,7 @@ from typing import Any
 
 from .backends.base import Candidate, Lease, LeaseLost
 from .events import Event
+from .release_doubt import ReleaseInDoubt
 from .status import LeaderInfo, Role
 from .timing import Timing
 
@@ -99,6 +100,7 @@ class ElectionState:
         self.release_due: int | None = None
         # A request whose answer never came may have taken the lease, or a new term.
         self.maybe_held = False
+        self.in_doubt = ReleaseInDoubt()  # a release that may still land: never lead on its term
         self.cooldown = 0.0
         self.cooldown_until = -math.inf
         # A hand-over (resign with a chosen standby): the node id the next release reserves
@@ -168,7 +170,7 @@ class ElectionState:
         return not self.stopping and now >= self.cooldown_until
 
     def request(self, now: float) -> Request:
-        campaigning = self.campaigning(now)
+        campaigning = self.campaigning(now) and self.in_doubt.term is None
         wait = self.follow_period(now) if campaigning and self.held_term is None else 0.0
         return Request(
             campaigning=campaigning,
@@ -275,7 +277,8 @@ class ElectionState:
         self.ready, self.maybe_held = True, False
         notes = self._watch(lease, now) + self._hand_over_outcome(lease)
         # A resign or stop that came while the request was in flight wins over its answer.
-        campaigning = request.campaigning and request.epoch == self.epoch
+        in_doubt = self.in_doubt.still_mine(lease, self.candidate)  # never led on again
+        campaigning = request.campaigning and request.epoch == self.epoch and not in_doubt
         mine = lease.held_by(self.candidate)
         self._note_lost(request, lease, t_send)
         if mine and lease.term != self.last_held_term and lease.term <= high_water:
@@ -296,6 +299,7 @@ class ElectionState:
         leads; False: it may not lead now and gives the lease back; None: only a round can
         tell (old news, a term already seen, an answer lost in flight, a heartbeat too old)."""
         fresh = lease.held_by(self.candidate) and lease.term > self.high_water
+        fresh = fresh and not self.in_doubt.still_mine(lease, self.candidate)
         if not fresh or self.held_term is not None or self.maybe_held:
             return None
         if not self.campaigning(now):

@@ -26,6 +26,7 @@ from .clock import Clock, SystemClock
 from .election_state import MIN_DELAY, ElectionState, Note, Request, View
 from .events import Event, extra
 from .history import History
+from .release_doubt import version_of
 from .roster import Roster, roster
 from .status import ElectionStatus, Role
 from .timing import Timing
@@ -37,6 +38,7 @@ log = logging.getLogger("leaderd.engine")
 StepDownHook = Callable[[str], Awaitable[None]]
 
 _Wake = Literal["poke", "change"] | Grant | LeaseLost | None
+_Held = tuple[int, str] | None  # a term this process holds, and the version last answered
 _WAKE_SPACING = 0.02  # a backend that reports changes nonstop gets at most one round per this
 _STALL_SLACK = 2.0  # how late a loop turn may be before /health reports a stall
 _HEARTBEATS_KEPT = 8  # own answered heartbeats a grant may count from (newest kept)
@@ -354,26 +356,29 @@ class Election:
         reason = EndReason.RESIGNED if self.state.resigned else EndReason.RELEASED
         self.state.resigned = False
         term = self.state.term_to_release()
+        held = None if term is None else (term, version_of(self.state.lease, self.candidate, term))
         to = self.state.reservation_due()
         self._refresh(self._clock.now())
         if self.step_down_hook is not None:
             await self.step_down_hook(self.name)
         if self.state.maybe_held:  # a request whose answer never came may have changed it
-            term = await self._own_term(default=term)
-        elif term is None and self.state.stopping and self._backend.grants:
+            held = await self._own_lease(default=held)
+        elif held is None and self.state.stopping and self._backend.grants:
             # A release may grant us the lease as we stop: say we stand down, give back any.
-            term = await self._own_term(default=None, withdraw=True)
-        if term is None:
+            held = await self._own_lease(default=None, withdraw=True)
+        if held is None:
             return
+        term, version = held
         release = self._backend.release(
             self.name, self.candidate, term, reason, reserve_for=to, ttl=self.timing.ttl,
-            grant=not to and self._backend.grants,
+            grant=not to and self._backend.grants, version=version,
         )  # fmt: skip
         try:
             # A timeout block, not wait_for: the release starts now, not a loop turn later.
             async with asyncio.timeout(self.timing.renew_interval):
                 await release
         except (BackendError, TimeoutError) as exc:
+            self.state.in_doubt.on_unknown(term)  # it may land later: never lead on term again
             log.warning(
                 "could not release election %s, term %d: %s; it expires by itself within ttl",
                 self.name,
@@ -393,11 +398,11 @@ class Election:
         if to:
             self.state.on_reserved(to, term)
 
-    async def _own_term(self, default: int | None, withdraw: bool = False) -> int | None:
-        """The term of the lease if the backend says this node holds it, None if it does
-        not; ``default`` if the backend cannot say. ``withdraw``: a stopping standby's last
-        heartbeat, which no longer campaigns, so no release grants it the lease; brief, for
-        a stop must not wait on a backend that is down."""
+    async def _own_lease(self, default: _Held, withdraw: bool = False) -> _Held:
+        """The term and version of the lease if the backend says this node holds it, None
+        if it does not; ``default`` if the backend cannot say. ``withdraw``: a stopping
+        standby's last heartbeat, which no longer campaigns, so no release grants it the
+        lease; brief, for a stop must not wait on a backend that is down."""
         heard = (self.candidate, self.timing.ttl) if withdraw else ()
         timeout = min(self.timing.retry_interval, 1.0) if withdraw else self.timing.renew_interval
         try:
@@ -406,7 +411,7 @@ class Election:
         except (BackendError, TimeoutError):
             return default
         self.state.maybe_held = False
-        return lease.term if lease.held_by(self.candidate) else None
+        return (lease.term, lease.version) if lease.held_by(self.candidate) else None
 
     async def _wait(self, timeout: float, follow: bool) -> _Wake:
         """Sleep up to ``timeout``; say whether a poke (resign, stop) or a backend change

@@ -7,13 +7,16 @@ and the read end of the *report* pipe; the lines defined below are all the two e
 The keeper starts COMMAND in the best containment the host allows (leaderd/containment.py),
 stops its whole tree when leaderd says so, by itself at the lease deadline if leaderd is
 frozen (a dead man's switch on CLOCK_BOOTTIME, which counts suspend), and at once if leaderd
-dies (the lifeline reads EOF). It reports the end, and exits, only once the tree is gone.
+dies (the lifeline reads EOF). It passes every deadline on to the guard of the tree
+(leaderd/guard.py), which holds one too, for when the keeper is frozen as well. It reports
+the end, and exits, only once the tree is gone.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import math
 import os
 import resource
@@ -24,105 +27,42 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from . import guard
 from .containment import (
     PR_SET_CHILD_SUBREAPER,
-    PR_SET_PDEATHSIG,
     Pidns,
     Session,
     Timer,
     boottime,
-    children,
     choose,
     prctl,
     why_not,
 )
-
-# ---- the line protocol: one "WORD ARGS..." line per message ----
-
-# leaderd -> keeper, on the lifeline. Its EOF means that leaderd is gone.
-DEADLINE = "deadline"  # deadline T: the lease's self-fence deadline, CLOCK_BOOTTIME seconds
-STOP = "stop"  # SIGTERM the whole tree now, SIGKILL at min(now + grace, deadline)
-SIGNAL = "signal"  # signal N: pass signal N on to COMMAND itself
-# keeper -> leaderd, on the report pipe.
-SKIPPED = "skipped"  # skipped MODE WHY: a better containment that is not available here
-CONTAINED = "contained"  # contained MODE HANDLE: pidns INIT_PID | cgroup PATH | session PGID
-PID = "pid"  # pid N: COMMAND runs, as host pid N
-ERROR = "error"  # error WHY: COMMAND could not be started
-EXIT = "exit"  # exit CODE WHY: the whole tree is gone; CODE as in subprocess (-N: signal N)
-# EXIT's WHY: COMMAND exited by itself; leaderd said stop; the deadline came and leaderd had
-# said nothing; leaderd died; the containment died under the keeper (an internal failure).
-EXITED, STOPPED, DEADLINE_PASSED, ORPHANED, LOST = "exited", "stop", "deadline", "orphaned", "lost"
-
-
-def encode(word: str, *args: object) -> bytes:
-    return " ".join([word, *map(str, args)]).encode() + b"\n"
-
-
-class Lines:
-    """Messages out of the bytes a pipe delivers: (word, rest of the line) pairs."""
-
-    def __init__(self) -> None:
-        self._buffer = b""
-
-    def feed(self, data: bytes) -> list[tuple[str, str]]:
-        *lines, self._buffer = (self._buffer + data).split(b"\n")
-        return [_split(line.decode(errors="replace")) for line in lines]
-
-
-def _split(line: str) -> tuple[str, str]:
-    word, _, rest = line.partition(" ")
-    return word, rest
-
-
-# ---- the init of a PID namespace ----
-
-
-def _init(argv: list[str], env: dict[str, str], out: int, keeper_alive: int) -> NoReturn:
-    """PID 1 of COMMAND's namespace: start COMMAND, reap every orphan, pass signals on, tell
-    the keeper COMMAND's pid and exit code. In a namespace, PID 1 ignores signals it has no
-    handler for, so COMMAND can neither kill nor stop it; from outside, SIGKILL can."""
-    try:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if select.select([keeper_alive], [], [], 0)[0]:  # the keeper died before prctl
-            os._exit(1)
-        signal.set_wakeup_fd(-1)
-        command = [0]
-
-        def fan_out(_signum: int, _frame: object) -> None:
-            with contextlib.suppress(OSError):
-                os.kill(-1, signal.SIGTERM)  # every process of the namespace but this one
-
-        def forward(signum: int, _frame: object) -> None:
-            with contextlib.suppress(OSError):
-                if command[0]:
-                    os.kill(command[0], signum)
-
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, _nothing)  # a handler, not SIG_IGN: exec resets it
-        signal.signal(signal.SIGTERM, fan_out)
-        for signum in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
-            signal.signal(signum, forward)
-        try:
-            proc = subprocess.Popen(argv, env=env, process_group=0)
-            command[0] = proc.pid
-        except (OSError, subprocess.SubprocessError) as exc:
-            os.write(out, encode(ERROR, why_not(exc)))
-            os._exit(127)
-        me = int(os.readlink("/proc/self"))  # /proc is the host's: the host pids
-        os.write(out, encode(PID, next(iter(children(me)), 0)))
-        while True:
-            try:
-                pid, status = os.wait()
-            except ChildProcessError:
-                os._exit(0)
-            if pid == command[0]:
-                command[0] = 0
-                os.write(out, encode(EXIT, os.waitstatus_to_exitcode(status)))
-    finally:
-        os._exit(127)
-
+from .keeper_protocol import (
+    CONTAINED,
+    DEADLINE,
+    DEADLINE_PASSED,
+    ERROR,
+    EXIT,
+    EXITED,
+    GUARDED,
+    LOST,
+    ORPHANED,
+    SIGNAL,
+    SKIPPED,
+    STOP,
+    STOPPED,
+    Lines,
+    encode,
+)
 
 # ---- the keeper ----
+
+
+def switch_at(deadline: float, grace: float) -> float:
+    """When the keeper's dead man's switch SIGTERMs the tree: just after leaderd's turn (at
+    ``deadline - grace``), before the guard's (leaderd/guard.py)."""
+    return deadline - grace + min(0.25, grace / 4)
 
 
 class Keeper:
@@ -143,6 +83,7 @@ class Keeper:
             os.set_blocking(fd, False)
         signal.set_wakeup_fd(wake_w)
         self.private = (self.life, self.report, self.wake, wake_w, self.timer.fd)
+        tree.extend(self.deadline)
 
     def tell(self, word: str, *args: object) -> None:
         with contextlib.suppress(OSError):  # leaderd gone: nobody listens, the work goes on
@@ -156,8 +97,6 @@ class Keeper:
             self.tell(EXIT, 127, EXITED)  # nothing was started: nothing is left
             os._exit(127)
         self.tell(CONTAINED, self.tree.mode, self.tree.handle())
-        if self.tree.command:
-            self.tell(PID, self.tree.command)
         while not self.finished():
             self.turn()
         code = self.child_code if self.status is None else self.status
@@ -172,8 +111,9 @@ class Keeper:
         return self.childless and self.tree.empty()
 
     def turn(self) -> None:
+        self.tree.flush()
         now = boottime()
-        switch = self.deadline - self.grace + min(0.25, self.grace / 4)  # leaderd acts first
+        switch = switch_at(self.deadline, self.grace)
         if not self.stopping and self.status is not None:
             self.stop(EXITED, min(now + self.grace, self.deadline))  # what is left of it
         elif not self.stopping and now >= switch:
@@ -186,7 +126,7 @@ class Keeper:
         self.take_input(min(1.0, max(0.0, due - now)))
 
     def take_input(self, timeout: float) -> None:
-        """Wait up to ``timeout`` for leaderd, the init, a signal or the timer; handle it."""
+        """Wait up to ``timeout`` for leaderd, the guard, a signal or the timer; handle it."""
         fds = [self.wake, self.timer.fd, *([] if self.orphaned else [self.life])]
         fds += [] if self.tree.messages is None else [self.tree.messages]
         for fd in select.select(fds, [], [], timeout)[0]:
@@ -212,13 +152,14 @@ class Keeper:
         for word, rest in self.lifeline.feed(data):
             if word == DEADLINE and not self.stopping:
                 self.deadline = float(rest)
+                self.tree.extend(self.deadline)
             elif word == STOP and not self.stopping:
                 self.stop(STOPPED, min(boottime() + self.grace, self.deadline))
             elif word == SIGNAL:
                 self.tree.forward(int(rest))
 
     def on_messages(self) -> None:
-        """What the init of a PID namespace says: COMMAND's pid, start error or exit code."""
+        """What the guard says: COMMAND's pid, start error or exit code."""
         assert self.tree.messages is not None
         data = os.read(self.tree.messages, 4096)
         if not data:
@@ -226,7 +167,10 @@ class Keeper:
             self.tree.messages = None
         for word, rest in self.messages.feed(data):
             if word == EXIT:
-                self.status = int(rest)
+                code, _, why = rest.partition(" ")
+                self.status = int(code)
+                if why == GUARDED and not self.stopping:  # the guard ended it by itself
+                    self.stop(GUARDED, self.deadline)
                 continue
             if word == ERROR:
                 self.status = 127  # as a shell says "command not found"
@@ -246,12 +190,10 @@ class Keeper:
                 self.on_child_end()
 
     def on_child_end(self) -> None:
-        if self.tree.messages is not None:  # the init's last words come before its end
+        if self.tree.messages is not None:  # the guard's last words come before its end
             self.on_messages()
-        if not isinstance(self.tree, Pidns):
-            self.status = self.child_code
-        elif self.status is None and not self.stopping:
-            self.why = LOST  # the init died, and nobody here ended it
+        if self.status is None and not self.stopping:  # the guard died, nobody here ended it
+            self.stop(LOST, boottime())  # what it held is the keeper's now: end it at once
 
 
 def _nothing(_signum: int, _frame: object) -> None:
@@ -285,7 +227,9 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphaned descendants become the keeper's children
     for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _nothing)  # leaderd says when to stop, on the lifeline
-    tree, skipped = choose(args.contain or ["session"], _init)
+    tree, skipped = choose(
+        args.contain or ["session"], functools.partial(guard.init, grace=args.grace)
+    )
     keeper = Keeper(args, tree)
     for signum in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(signum, lambda signum, _frame: tree.forward(signum))

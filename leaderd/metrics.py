@@ -307,10 +307,12 @@ class MeteredBackend(Backend):
         reserve_for: str = "",
         ttl: float = 0.0,
         grant: bool = False,
+        version: str = "",
     ) -> None:
         request = self.inner.release(
-            election, candidate, term, reason, reserve_for=reserve_for, ttl=ttl, grant=grant
-        )
+            election, candidate, term, reason, reserve_for=reserve_for, ttl=ttl, grant=grant,
+            version=version,
+        )  # fmt: skip
         await self._timed("release", request)
 
     async def history(self, election: str, limit: int) -> list[Tenure]:

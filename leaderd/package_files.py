@@ -2,7 +2,7 @@
 modules.
 
 Not importlib.resources: its import pulls in tempfile, shutil, zipfile, bz2 and lzma, which
-the daemon needs for nothing else (docs/benchmarks.md, "RSS and start-up"). leaderd is
+the daemon needs for nothing else (docs/benchmarks.md, "Start-up and idle memory"). leaderd is
 installed as plain files (wheel, .deb, image), never imported from a zip.
 """
 

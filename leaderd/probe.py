@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .containment import PR_SET_CHILD_SUBREAPER, prctl, why_not
 from .events import Event, extra
-from .keeper import CONTAINED, SKIPPED, Lines
+from .keeper_protocol import CONTAINED, SKIPPED, Lines
 
 log = logging.getLogger("leaderd.supervisor")
 
@@ -78,9 +78,9 @@ def _log_plan(mode: str, cgroup: str, skipped: list[tuple[str, str]]) -> None:
         )
     else:
         log.warning(
-            "containment: COMMAND runs in %s (%s); leaderd or its keeper ends all of it, but "
-            "if both die at once, only the service manager (systemd) or a container's PID 1 "
-            "can end what it started",
+            "containment: COMMAND runs in %s (%s); leaderd, its keeper or its guard ends all "
+            "of it, but if leaderd and the keeper die at once, only the service manager "
+            "(systemd) or a container's PID 1 can end what it started",
             f"cgroup {cgroup}" if mode == "cgroup" else "a process group with a subreaper",
             why,
             extra=fields,

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from .child import KEEPER_DIED, Child
 from .clock import boottime
 from .events import Event, extra
-from .keeper import DEADLINE_PASSED, EXITED, LOST, STOPPED
+from .keeper_protocol import DEADLINE_PASSED, EXITED, GUARDED, LOST, STOPPED
 from .probe import START_TIMEOUT, Plan, plan
 from .status import ElectionStatus, Role
 
@@ -39,6 +39,14 @@ log = logging.getLogger("leaderd.supervisor")
 
 _POLL = 0.1  # how often the lease deadline is re-read and passed on to the keeper
 _BACKOFF_FIRST, _BACKOFF_MAX = 1.0, 30.0
+# run --exit-status fixed: whatever status the child failed with.
+EXIT_CHILD_FAILED = 3
+# Who stopped the child at the lease deadline when leaderd did not (docs/run.md).
+_LATE = {
+    DEADLINE_PASSED: "its keeper stopped it at the lease deadline, leaderd did not act in time",
+    GUARDED: "the guard of its process tree stopped it at the lease deadline, neither "
+    "leaderd nor its keeper acted in time",
+}
 
 
 class ChildStartError(Exception):
@@ -59,11 +67,13 @@ class Supervisor:
         *,
         kill_grace: float,
         on_exit: str = "release",
+        fixed_status: bool = False,
         socket_path: str = "",
     ) -> None:
         self.command = command
         self.kill_grace = kill_grace
         self.on_exit = on_exit
+        self.fixed_status = fixed_status
         self._election = election
         self._socket_path = socket_path
         self._plan = Plan("session", ("session",))
@@ -98,6 +108,8 @@ class Supervisor:
             how = _describe(code)
             if self.on_exit == "release":
                 status = code if code >= 0 else 128 - code
+                if self.fixed_status and status:  # never read as leaderd's own 1 or 2
+                    status = EXIT_CHILD_FAILED
                 log.info(
                     "child %s; releasing election %s and exiting with status %d",
                     how,
@@ -231,14 +243,8 @@ class Supervisor:
         code, why = await child.outcome()
         if child.error is not None:
             raise ChildStartError(f"cannot start {shlex.join(self.command)}: {child.error}")
-        if why == DEADLINE_PASSED:
-            log.warning(
-                "child %s %s: its keeper stopped it at the lease deadline, leaderd "
-                "did not act in time",
-                child.name,
-                _describe(code),
-                extra=extra(Event.CHILD_STOPPED, pid=child.pid, status=code),
-            )
+        if why in _LATE:
+            _log_stopped(child, code, why)
             return None
         if why != EXITED or not child.running:
             self._failed(child, code, why)
@@ -256,14 +262,9 @@ class Supervisor:
         await child.finish(min(self.kill_grace, child.deadline - boottime()))
         code, why = await child.outcome()
         ours = why == LOST and child.killed_tree  # the init leaderd itself killed
-        if why not in (STOPPED, EXITED, DEADLINE_PASSED) and not ours:
+        if why not in (STOPPED, EXITED, *_LATE) and not ours:
             self._failed(child, code, why)
-        log.info(
-            "child %s %s",
-            child.name,
-            _describe(code),
-            extra=extra(Event.CHILD_STOPPED, pid=child.pid, status=code),
-        )
+        _log_stopped(child, code, why)
 
     def _failed(self, child: Child, code: int, why: str) -> None:
         """The keeper, or the init of the command's namespace, died under it: whatever held
@@ -293,6 +294,14 @@ def _check_command(command: list[str]) -> None:
         raise ChildStartError(f"cannot start {shlex.join(command)}: {program}: command not found")
     if os.path.isdir(path) or not os.access(path, os.X_OK):
         raise ChildStartError(f"cannot start {shlex.join(command)}: {program}: not executable")
+
+
+def _log_stopped(child: Child, code: int, why: str) -> None:
+    fields = extra(Event.CHILD_STOPPED, pid=child.pid, status=code)
+    if why in _LATE:
+        log.warning("child %s %s: %s", child.name, _describe(code), _LATE[why], extra=fields)
+    else:
+        log.info("child %s %s", child.name, _describe(code), extra=fields)
 
 
 def _describe(code: int) -> str:

@@ -159,6 +159,16 @@ def wait_for(
         time.sleep(interval)
 
 
+def metric(daemon: Daemon, name: str) -> float:
+    """The sum of the samples whose line starts with ``name`` on the daemon's /metrics."""
+    out = subprocess.run(
+        ["curl", "-sS", "--unix-socket", daemon.socket, "http://localhost/metrics"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    values = [float(line.split()[-1]) for line in out.splitlines() if line.startswith(name)]
+    return sum(values)
+
+
 def leaders(daemons: Sequence[Daemon]) -> list[Daemon]:
     return [d for d in daemons if d.alive() and d.is_leader()]
 
@@ -182,3 +192,17 @@ def only_leader_for(leader: Daemon, others: Sequence[Daemon], seconds: float = 1
     for _ in range(max(1, round(seconds / 0.05))):
         assert leaders([leader, *others]) == [leader]
         time.sleep(0.05)
+
+
+def leaderd_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 30.0
+) -> subprocess.CompletedProcess[str]:
+    """`leaderd ARGS...` as a user runs it (this checkout's code); its output as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "leaderd", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        check=False,
+    )

@@ -166,6 +166,7 @@ class PostgresAdvisoryBackend(Backend):
         reserve_for: str = "",
         ttl: float = 0.0,
         grant: bool = False,
+        version: str = "",
     ) -> None:
         s = self._session(election)
         if s.term is not None and s.term != term:
@@ -178,9 +179,10 @@ class PostgresAdvisoryBackend(Backend):
             args = (s.election, me.node_id, me.instance, term, self._listener.channel)
             reservation = (reserve_for, float(ttl) if reserve_for else 0.0)
             release = self._sql["release"]
-            await conn.fetchval(release, *args, *reservation, reason.value)  # committed before ...
+            # Committed before the lock is freed.
+            await conn.fetchval(release, *args, *reservation, reason.value, version)
             if holding:
-                await conn.fetchval(sql.UNLOCK, s.key)  # ... the lock is freed
+                await conn.fetchval(sql.UNLOCK, s.key)
 
         # On failure the session is closed, which frees the lock for sure.
         await self._guard(s, "releasing the lock", _DEFAULT_TIMEOUT, mark_then_unlock)
@@ -282,7 +284,7 @@ class PostgresAdvisoryBackend(Backend):
             await s.observe_heard.fetchrow(s.election, s.key, me.node_id, me.instance,
                                            me.address, ask.ttl, me.leaderd_version, 0)  # fmt: skip
             await s.conn.fetchval(self._sql["release"], s.election, me.node_id, me.instance, -1,
-                                  channel, "", 0.0, EndReason.RELEASED.value)  # fmt: skip
+                                  channel, "", 0.0, EndReason.RELEASED.value, "")  # fmt: skip
         s.planned = True
 
     def _claimed(self, s: _Session, ask: _Ask, row: Any, sent: float) -> Lease:

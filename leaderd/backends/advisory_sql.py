@@ -145,13 +145,15 @@ OBSERVE_HEARD = f"WITH {records.HEARD}, {records.RELABELED}\n{OBSERVE}"
 _OBSERVE_ARGS = {"e": "$1", "n": "$3", "i": "$4", "a": "$5", "ttl": "$6", "v": "$7", "lost": "$8",
                  "c": "false"}  # fmt: skip
 # $1 election, $2 node id, $3 instance, $4 term, $5 channel, $6 reserved for ('': none), $7
-# its seconds, $8 end reason. It commits on its own, before the lock is freed (UNLOCK, the
-# next statement): a standby granted the lock never reads the row as it was before the release.
+# its seconds, $8 end reason, $9 the version last answered ('': any). It commits on its own,
+# before the lock is freed (UNLOCK, the next statement): a standby granted the lock never reads
+# the row as it was before the release.
 RELEASE = f"""
 WITH released AS (
     UPDATE {{t}} AS c SET holder = NULL, instance = '', address = '', released_at = now(),
         version = c.version + 1, {RESERVE}
     WHERE election = $1 AND holder = $2 AND instance = $3 AND term = $4
+      AND ($9::text = '' OR {version_sql("c")} = $9::text)
     RETURNING term
 ), {records.RELEASED}
 SELECT pg_notify($5, term || ' released ' || $1)::text FROM released

@@ -262,10 +262,16 @@ class Backend(abc.ABC):
         reserve_for: str = "",
         ttl: float = 0.0,
         grant: bool = False,
+        version: str = "",
     ) -> None:
         """Expire the lease in place if ``candidate`` (node id and instance) holds it with
         ``term``, even if the backend already judged it expired; else no-op. The term's
         history record ends with ``reason`` in the same transaction.
+
+        With ``version`` (the lease's version as last answered to this process), only if the
+        lease still has that version: a release that arrives late, after a renewal of the
+        same term, then changes nothing (docs/algorithm.md, "A release in doubt"). Grants and
+        reservations are part of the release's write, so they are conditioned alike.
 
         With ``reserve_for``, the free lease is reserved for that node id for ``ttl``
         seconds of the backend's clock, in the same atomic write. The term is kept. Wake

@@ -188,7 +188,11 @@ class EtcdBackend(Backend):
         reserve_for: str = "",
         ttl: float = 0.0,
         grant: bool = False,
+        version: str = "",
     ) -> None:
+        # ``version`` is not compared: a keepalive does not move the key's mod revision, so
+        # no revision tells a renewal apart; the engine never leads on a term whose release
+        # is in doubt (docs/etcd.md, "A release that lands late").
         state = self._states.get(election)
         if state is None or not _mine(state, candidate):
             state = await self._read(election, _DEFAULT_TIMEOUT)

@@ -115,7 +115,8 @@ _OBSERVE_ARGS = {"e": "$1", "n": "$2", "i": "$3", "a": "$4", "ttl": "$5", "v": "
 # $1 election, $2 node id, $3 instance, $4 term, $5 channel, $6 reserved for ('': none),
 # $7 the reservation's seconds, $8 end reason, $9 grant: hand the lease to the freshest live
 # campaigning member of another node id (docs/algorithm.md, "One-write hand-over"), expiring
-# its ttl after it was last heard; the member hears of it by the "granted" NOTIFY.
+# its ttl after it was last heard; the member hears of it by the "granted" NOTIFY. $10 the
+# version last answered ('': any): a late release after a renewal matches nothing.
 _RELEASE = f"""
 WITH successor AS MATERIALIZED (
     SELECT node_id, instance, address, ttl, heard_at FROM {{m}}
@@ -131,6 +132,7 @@ WITH successor AS MATERIALIZED (
         version = l.version + 1, {RESERVE}
     FROM (SELECT 1) AS one LEFT JOIN successor AS s ON true
     WHERE l.election = $1 AND l.holder = $2 AND l.instance = $3 AND l.term = $4
+      AND ($10::text = '' OR {version_sql("l")} = $10::text)
     RETURNING l.election, $4::bigint AS term, l.term AS new_term, l.holder, l.instance,
         l.address, {version_sql("l")} AS version, s.ttl, s.heard_at
 ), {records.RELEASED}, {records.GRANTED}, {records.WITHDRAWN}
@@ -230,12 +232,13 @@ class PostgresLeaseBackend(Backend):
         reserve_for: str = "",
         ttl: float = 0.0,
         grant: bool = False,
+        version: str = "",
     ) -> None:
         me = candidate
         args = (election, me.node_id, me.instance, term, self._listener.channel)
         reservation = (reserve_for, float(ttl) if reserve_for else 0.0)
         await self._request("releasing the lease", _DEFAULT_TIMEOUT, self._sql_release,
-                            *args, *reservation, reason.value, grant)  # fmt: skip
+                            *args, *reservation, reason.value, grant, version)  # fmt: skip
 
     async def history(self, election: str, limit: int) -> list[Tenure]:
         doing = "reading the history"
@@ -281,7 +284,7 @@ class PostgresLeaseBackend(Backend):
             self._table_ready = True
         async with rolled_back(conn):
             await conn.fetch(self._sql_release, "", "", "", -1, self._listener.channel, "", 0.0,
-                             EndReason.RELEASED.value, True)  # fmt: skip
+                             EndReason.RELEASED.value, True, "")  # fmt: skip
 
 
 class _Pool:

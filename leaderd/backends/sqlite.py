@@ -218,6 +218,7 @@ class SQLiteBackend(Backend):
         reserve_for: str = "",
         ttl: float = 0.0,
         grant: bool = False,
+        version: str = "",
     ) -> None:
         async with self._request("release", self._busy_timeout) as run:
             params = {
@@ -228,6 +229,7 @@ class SQLiteBackend(Backend):
                 "reserve_for": reserve_for,
                 "reserve_ttl": ttl if reserve_for else 0.0,
                 "boot_id": self._boot_id,
+                "version": version,
             }
             # One transaction: its commit bumps data_version, which wakes standbys.
             await run(self._release, params, reason, grant and not reserve_for)
@@ -258,7 +260,7 @@ class SQLiteBackend(Backend):
         try:
             while not self._closed:
                 changed = self._commits.changed  # taken before the read: no commit slips by
-                self._commits.start()
+                await self._commits.arm()
                 lease, granted = await self._look_for_grant(election, deadline)
                 if seen is not None and _holding(lease) != seen[0]:
                     return granted

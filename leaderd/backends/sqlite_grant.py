@@ -16,18 +16,20 @@ from typing import Any
 
 from . import sqlite_records as records
 from .base import Candidate
+from .sqlite_schema import OF_VERSION
 
 _SUCCESSOR = """
 SELECT node_id, instance, address, ttl, heard_at, heard_boottime FROM {table}_members
 WHERE election = :election AND node_id <> :holder AND campaigning = 1
   AND boot_id = :boot_id AND heard_boottime > :now - ttl / 2
 ORDER BY heard_boottime DESC, node_id, instance LIMIT 1"""
-_GRANT = """
-UPDATE {table} SET holder = :node_id, instance = :successor, address = :address,
+_GRANT = f"""
+UPDATE {{table}} SET holder = :node_id, instance = :successor, address = :address,
     term = term + 1, acquired_at = :wall, renewed_at = :heard_at, expires_at = :expires_at,
     boot_id = :boot_id, expires_boottime = :expires, version = version + 1,
     reserved_for = NULL, reserved_until = 0
-WHERE election = :election AND holder = :holder AND instance = :instance AND term = :term"""
+WHERE election = :election AND holder = :holder AND instance = :instance AND term = :term
+  AND {OF_VERSION}"""
 # The grantee's heartbeat that the lease row names: its expiry counts from it.
 _HEARTBEAT = """
 SELECT m.heard_at, m.ttl, m.heard_boottime, l.expires_boottime FROM {table}_members m

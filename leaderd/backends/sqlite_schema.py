@@ -61,12 +61,16 @@ ON CONFLICT (election) DO UPDATE SET
     version = version + 1, reserved_for = NULL, reserved_until = 0
 WHERE (holder IS NULL AND NOT {RESERVED}) OR {MINE}
    OR (holder IS NOT NULL AND NOT {LIVE} AND version = :takeover)"""
+# A release (or its grant) applies only to the version last answered ('': any): one that
+# runs late, after a renewal of the same term, changes nothing (docs/sqlite.md).
+OF_VERSION = "(:version = '' OR CAST(version AS TEXT) = :version)"
 # The holder's own row, so its boot id is this host's: the reservation's clock.
-RELEASE = """
-UPDATE {table} SET holder = NULL, instance = '', address = '', expires_at = :wall,
+RELEASE = f"""
+UPDATE {{table}} SET holder = NULL, instance = '', address = '', expires_at = :wall,
     expires_boottime = :now, version = version + 1,
     reserved_for = NULLIF(:reserve_for, ''), reserved_until = :now + :reserve_ttl
-WHERE election = :election AND holder = :holder AND instance = :instance AND term = :term"""
+WHERE election = :election AND holder = :holder AND instance = :instance AND term = :term
+  AND {OF_VERSION}"""
 # A new file's terms start at the wall clock in milliseconds, above any term a file it
 # replaces could have granted: a deleted lease file never restarts terms at 1.
 SEED = "INSERT OR IGNORE INTO {table} (election, term) VALUES (?, ?)"

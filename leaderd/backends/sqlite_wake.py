@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import logging
 import os
+import pathlib
 import sqlite3
 import time
 from contextlib import suppress
 
 from .sqlite_host import persist_wal
+
+log = logging.getLogger(__name__)
 
 _IN_MODIFY = 0x2  # from <sys/inotify.h>
 # Without an inotify event, look anyway this often (a missed event only costs latency).
@@ -36,11 +40,20 @@ class CommitWatcher:
         self.changed = asyncio.Event()
         self._closed = False
         self._conn: sqlite3.Connection | None = None
+        self._armed = asyncio.Event()
+        self._warned = False
         self._task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
-        if not self._closed and (self._task is None or self._task.done()):
-            self._task = asyncio.get_running_loop().create_task(self._poll())
+    async def arm(self) -> None:
+        """Watch, and return once the watch holds its baseline version: every commit after
+        this wakes the waiters. Read the lease only after it: a commit that lands between
+        the read and a later baseline would be missed until the waiter's timeout."""
+        if self._closed:
+            return
+        if self._task is None or self._task.done():
+            self._armed = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._poll(self._armed))
+        await self._armed.wait()
 
     async def close(self) -> None:
         self._closed = True
@@ -50,6 +63,7 @@ class CommitWatcher:
             with suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        self._armed.set()  # a task cancelled before its first step never set it
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -58,35 +72,48 @@ class CommitWatcher:
         self.changed.set()
         self.changed = asyncio.Event()
 
-    async def _poll(self) -> None:
-        if self._conn is None:
-            try:
-                self._conn = await asyncio.to_thread(
-                    sqlite3.connect,
-                    f"file:{self.path}?mode=rw",  # never create the file: only the backend does
-                    0,
-                    isolation_level=None,
-                    check_same_thread=False,
-                    uri=True,
-                )
-                persist_wal(self._conn, self.path)  # closing must never delete a new file's WAL
-            except sqlite3.Error:
-                return  # waiters still wake on their timeout, and their reads report the error
-        written = asyncio.Event()
-        watch = _watch_writes(os.path.dirname(self.path), written)
+    async def _poll(self, armed: asyncio.Event) -> None:
         try:
-            await self._poll_versions(self._conn, written, fast=watch is None)
+            conn = self._conn or await self._connect()
+            if conn is None:
+                return  # waiters still wake on their timeout, and their reads report errors
+            written = asyncio.Event()
+            watch = _watch_writes(os.path.dirname(self.path), written)
+            try:
+                await self._poll_versions(conn, written, armed, fast=watch is None)
+            finally:
+                if watch is not None:
+                    asyncio.get_running_loop().remove_reader(watch)
+                    os.close(watch)
         finally:
-            if watch is not None:
-                asyncio.get_running_loop().remove_reader(watch)
-                os.close(watch)
+            armed.set()  # a watch that ended, or never began, holds no waiter up
+
+    async def _connect(self) -> sqlite3.Connection | None:
+        try:
+            self._conn = await asyncio.to_thread(
+                sqlite3.connect,
+                _read_write_uri(self.path),  # never create the file: only the backend does
+                0,
+                isolation_level=None,
+                check_same_thread=False,
+                uri=True,
+            )
+            persist_wal(self._conn, self.path)  # closing must never delete a new file's WAL
+        except sqlite3.Error as exc:
+            if not self._warned:  # else every wait would log it
+                self._warned = True
+                log.warning("SQLite file %s: standbys hear commits only at their rounds: %s",
+                            self.path, exc)  # fmt: skip
+            return None
+        return self._conn
 
     async def _poll_versions(
-        self, conn: sqlite3.Connection, written: asyncio.Event, fast: bool
+        self, conn: sqlite3.Connection, written: asyncio.Event, armed: asyncio.Event, fast: bool
     ) -> None:
         """Poll data_version every few ms: always without inotify, else for a while after a
         write in the directory (a commit shows only after its fsync, so keep looking)."""
         last, fast_until = _data_version(conn), 0.0
+        armed.set()
         while self.waiters and not self._closed:
             if fast:
                 await asyncio.sleep(self.poll_interval)
@@ -104,6 +131,13 @@ class CommitWatcher:
             if version is not None and version != last:
                 last, fast_until = version, 0.0
                 self._wake()
+
+
+def _read_write_uri(path: str) -> str:
+    """The URI that opens the existing file at absolute ``path`` read-write. Quoted, and
+    with an empty authority: "sqlite:////tmp/h.db" gives "//tmp/h.db", which as
+    "file://tmp/h.db" would name a host "tmp" (SQLite refuses it)."""
+    return pathlib.PurePosixPath(path).as_uri() + "?mode=rw"
 
 
 def _watch_writes(directory: str, written: asyncio.Event) -> int | None:

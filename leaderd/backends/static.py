@@ -120,6 +120,7 @@ class StaticBackend(Backend):
         reserve_for: str = "",
         ttl: float = 0.0,
         grant: bool = False,
+        version: str = "",
     ) -> None:
         lease = await self.observe(election)
         if lease.held_by(candidate) and lease.term == term:

@@ -47,10 +47,13 @@ EXPIRY = "expiry"  # a holder's lease can lapse (store.expire)
 TTL = "ttl"  # expires_in reports the seconds left of the ttl
 DURABLE = "durable"  # terms survive closing every instance and opening a new one
 # An expired, unreleased lease still names its holder and is taken over only by naming its
-# version (DESIGN §1.3); backends whose expiry is a release (a session's end) lack it.
+# version (rule 3); backends whose expiry is a release (a session's end) lack it.
 TAKEOVER = "takeover"
 # A release may reserve the free lease for one node id for one ttl (a hand-over).
 HANDOVER = "handover"
+# A release names the version it was last answered and changes nothing once a renewal moved
+# it (docs/algorithm.md, "A release in doubt").
+VERSIONED_RELEASE = "versioned release"
 
 
 async def expire_by_ttl(store: Store, holder: Backend, election: str) -> Backend:
@@ -157,6 +160,9 @@ async def _sqlite(request: pytest.FixtureRequest) -> str:
     return f"sqlite://{tmp_path}/leaderd-{next(_counter)}.db"
 
 
+_ONE_PROCESS = "static:// has one process, whose release and renewal never cross"
+
+
 @register(
     "static",
     single_instance=True,
@@ -166,6 +172,7 @@ async def _sqlite(request: pytest.FixtureRequest) -> str:
         TTL: "static leases have no ttl",
         TAKEOVER: "static leases never expire",
         HANDOVER: "static:// has one node: no standby to hand over to",
+        VERSIONED_RELEASE: _ONE_PROCESS,
     },
 )
 async def _static(request: pytest.FixtureRequest) -> str:
@@ -177,7 +184,8 @@ async def _static(request: pytest.FixtureRequest) -> str:
     single_instance=True,
     lacks={EXPIRY: "static leases never expire", TTL: "static leases have no ttl",
            TAKEOVER: "static leases never expire",
-           HANDOVER: "static:// has one node: no standby to hand over to"},
+           HANDOVER: "static:// has one node: no standby to hand over to",
+           VERSIONED_RELEASE: _ONE_PROCESS},
 )  # fmt: skip
 async def _static_term_file(request: pytest.FixtureRequest) -> str:
     tmp_path = request.getfixturevalue("tmp_path")
@@ -197,7 +205,12 @@ def _advisory_url(request: pytest.FixtureRequest, **params: str) -> str:
 
 
 _NO_TTL = {TTL: "an advisory lock held by a live session has no expiry time"}
-_NO_TAKEOVER = {**_NO_TTL, TAKEOVER: "takeover=immediate: a session's end frees the lock"}
+_NO_TAKEOVER = {
+    **_NO_TTL,
+    TAKEOVER: "takeover=immediate: a session's end frees the lock",
+    VERSIONED_RELEASE: "takeover=immediate: a release frees the lock whatever the "
+    "row says; it runs on the lock's own session, after every renewal it sent",
+}
 
 
 @register("postgresql+advisory", expire=expire_by_closing_and_lapsing, lacks=_NO_TTL,
@@ -223,7 +236,9 @@ async def expire_by_lessor(store: Store, holder: Backend, election: str) -> Back
 
 
 @register("etcd", expire=expire_by_lessor, lacks={TAKEOVER: "etcd's lessor deletes an expired "
-          "key: it is then free, never an expired lease to take over by its version"})  # fmt: skip
+          "key: it is then free, never an expired lease to take over by its version",
+          VERSIONED_RELEASE: "a keepalive does not move the key's mod revision; the engine "
+          "never leads on a term whose release is in doubt (docs/etcd.md)"})  # fmt: skip
 async def _etcd(request: pytest.FixtureRequest) -> str:
     cluster = request.getfixturevalue("etcd_cluster")  # the session's 3 members
     return str(cluster.url(prefix=f"/leaderd-test/{uuid.uuid4().hex[:10]}/"))

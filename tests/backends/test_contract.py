@@ -11,7 +11,7 @@ import time
 
 from leaderd.backends import Backend, Candidate, Lease
 
-from .conftest import DURABLE, LONG_TTL, SHORT_TTL, TAKEOVER, TTL, Store
+from .conftest import DURABLE, LONG_TTL, SHORT_TTL, TAKEOVER, TTL, VERSIONED_RELEASE, Store
 
 E = "default"
 A = Candidate("node-a", "10.0.0.1:8080")
@@ -113,6 +113,23 @@ async def test_release_lets_another_acquire_at_once_with_the_next_term(store: St
     assert (seen.holder, seen.address, seen.term) == (None, "", mine.term)  # term kept
     theirs = await held(b, B)
     assert theirs.term == mine.term + 1
+
+
+async def test_a_release_that_lands_after_a_renewal_changes_nothing(store: Store) -> None:
+    """A release, grant or reservation names the version last answered: one held until
+    after the next renewal of the same term matches nothing (docs/algorithm.md)."""
+    store.require(VERSIONED_RELEASE)
+    a, b = await store.new(), await store.new()
+    first = await held(a, A)
+    await acquire(b, B)  # a live campaigning member a grant would pick
+    renewed = await held(a, A)
+    assert renewed.term == first.term and renewed.version != first.version
+    await a.release(E, A, first.term, grant=True, version=first.version)
+    await a.release(E, A, first.term, reserve_for=B.node_id, ttl=LONG_TTL, version=first.version)
+    seen = await b.observe(E)
+    assert seen.held_by(A) and (seen.term, seen.reserved_for) == (first.term, ""), seen
+    await a.release(E, A, first.term, version=renewed.version)
+    assert (await b.observe(E)).holder is None
 
 
 async def test_the_same_holder_gets_the_next_term_after_release(store: Store) -> None:

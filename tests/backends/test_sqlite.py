@@ -277,6 +277,37 @@ async def test_a_release_in_another_process_wakes_a_waiter_promptly(
     assert await holder.wait() == 0
 
 
+@pytest.mark.parametrize("slashes", ["/", "//"], ids=["path", "path-from-sqlite:////"])
+async def test_a_commit_right_after_arming_wakes_the_waiters(
+    db: Path, slashes: str, opened: Opener
+) -> None:
+    """A waiter reads the lease after arming: a commit at once after (here before the loop
+    turns again) must wake it, from a baseline taken before. "sqlite:////abs" gives a path
+    that begins with "//"."""
+    await opened(db)
+    watcher = sqlite_wake.CommitWatcher(slashes + str(db).lstrip("/"), 0.003)
+    watcher.waiters = 1
+    changed = watcher.changed
+    try:
+        await watcher.arm()
+        writer = sqlite3.connect(db, isolation_level=None)
+        writer.execute("CREATE TABLE a_commit (x)")
+        writer.close()
+        await asyncio.wait_for(changed.wait(), 10)
+    finally:
+        await watcher.close()
+
+
+async def test_close_releases_a_waiter_whose_watch_never_ran(db: Path, opened: Opener) -> None:
+    await opened(db)
+    watcher = sqlite_wake.CommitWatcher(str(db), 0.003)
+    watcher.waiters = 1
+    arming = asyncio.create_task(watcher.arm())
+    await asyncio.sleep(0)  # arm() started the watch's task, which has not run yet
+    await watcher.close()  # cancelled before its first step: its own cleanup never runs
+    await asyncio.wait_for(arming, 10)
+
+
 HOLDER = """
 import asyncio, sys, time
 from leaderd.backends import Candidate, backend_from_url

@@ -85,3 +85,18 @@ def test_etcd_comparison_runs(tmp_path: Path) -> None:
     for role in ("leader", "follower"):
         assert 0 <= figure(report, "etcd", f"etcd requests/s, {role}") < 100
     assert 5 < figure(report, "etcd", "RSS idle") < 1000  # MB
+
+
+@pytest.mark.skipif(
+    shutil.which("etcd") is None or shutil.which("etcdctl") is None,
+    reason="etcd is not installed: the hand-over ratios need etcdctl's in the same run",
+)
+def test_handover_ratios_to_etcdctl_in_the_same_run(tmp_path: Path) -> None:
+    report = run_bench(tmp_path, "--only", "handover", "--backends", "sqlite,etcd")
+    assert not report["failed"]
+    assert figure(report, "etcdctl (no fsync)", "etcdctl elect graceful handover p99") > 0
+    for backend in ("sqlite", "etcd"):
+        assert 0 < figure(report, backend, "graceful handover p99") < 10_000  # ms
+        assert figure(report, backend, "graceful handover p50 / etcdctl's") > 0
+    sqlite = report["data"]["handover sqlite"]
+    assert sqlite["first"]["n"] == 2 and sqlite["all"]["n"] == 2

@@ -56,12 +56,12 @@ FAULTS = {
 }
 FAULTS["advisory"] = FAULTS["postgresql"]
 # Only with Settings.supervise: every daemon runs tests/chaos/command.py under its keeper.
-KEEPER_FAULTS = ("keeper_sigkill", "keeper_sigstop")
+KEEPER_FAULTS = ("keeper_sigkill", "keeper_sigstop", "both_sigstop")
 ALL_FAULTS = tuple(
     dict.fromkeys(FAULTS["sqlite"] + FAULTS["postgresql"] + ETCD_FAULTS + KEEPER_FAULTS)
 )
 # Faults that take the leader away the moment they hit it: a leader is owed from the
-# injection (DESIGN §1.6; for SIGSTOP counted from the stop). The others hold the cluster
+# injection (rule 6; for SIGSTOP counted from the stop). The others hold the cluster
 # back while they last: a leader is owed from the heal.
 _AT_ONCE = ("sigkill", "sigterm", "sigstop", "pg_terminate", "reset", *KEEPER_FAULTS)
 # Faults aimed at no node: the harness picks their target itself.
@@ -81,7 +81,7 @@ class Settings:
     renew_interval: float = 0.4
     retry_interval: float = 0.2
     poll_interval: float = 0.01
-    # Scheduling slack on top of DESIGN §1.6's ttl + retry_interval (a busy 2-core machine).
+    # Scheduling slack on top of rule 6's ttl + retry_interval (a busy 2-core machine).
     slack: float = 1.5
     faults: tuple[str, ...] = ()  # empty: every fault the backend supports
     leader_bias: float = 0.7  # how often a process or network fault aims at the leader
@@ -449,7 +449,7 @@ class Chaos:
         code = await node.exited(15)
         took = time.monotonic() - fault.injected
         fault.params["exit_code"], fault.params["exit_s"] = code, round(took, 3)
-        self._check_exit(node, fault, code, 0, "sigterm_exit", "SIGTERM (DESIGN §1.7: exit 0)")
+        self._check_exit(node, fault, code, 0, "sigterm_exit", "SIGTERM (rule 7: exit 0)")
         await self._restart_later(node, delay)
 
     def _check_exit(
@@ -483,13 +483,17 @@ class Chaos:
         node.stopped = False
         fault.healed = time.monotonic()
 
+    async def _leader_keeper(self, fault: Fault) -> tuple[Node, int | None]:
+        """The fault's node and its keeper (None if it runs no command now), noted."""
+        node = self._node(fault)
+        fault.params["keeper"] = keeper = await _keeper_of(node.daemon.pid)
+        return node, keeper
+
     async def _fault_keeper_sigkill(self, fault: Fault) -> None:
         """SIGKILL the leader's keeper: the command's whole tree (its setsid worker too) must
         die with it, and the daemon must call it an internal failure (exit 1), releasing only
         once the tree is gone. Restarted after 0.2-2 s."""
-        node = self._node(fault)
-        keeper = await _keeper_of(node.daemon.pid)
-        fault.params["keeper"] = keeper
+        node, keeper = await self._leader_keeper(fault)
         if keeper is None:
             return
         node.down = True
@@ -505,9 +509,7 @@ class Chaos:
         """SIGSTOP the leader's keeper and make that leader step down (POST /resign): leaderd
         must end the tree (a setsid worker ignoring SIGTERM) itself before it releases.
         SIGCONT after a drawn pause, as for sigstop (if the keeper still exists)."""
-        node = self._node(fault)
-        keeper = await _keeper_of(node.daemon.pid)
-        fault.params["keeper"] = keeper
+        node, keeper = await self._leader_keeper(fault)
         if keeper is None:
             return
         fault.params["stopped_s"] = pause = round(self._pause(), 3)
@@ -520,6 +522,27 @@ class Chaos:
                 os.kill(keeper, signal.SIGCONT)
         fault.healed = time.monotonic()
 
+    async def _fault_both_sigstop(self, fault: Fault) -> None:
+        """SIGSTOP the leader and its keeper together (a debugger, a freezer on both): the
+        guard of the command's tree must end it before the lease can expire (docs/run.md).
+        SIGCONT after a drawn pause, as for sigstop, the keeper first."""
+        node, keeper = await self._leader_keeper(fault)
+        if keeper is None:
+            return
+        fault.params["stopped_s"] = pause = round(self._pause(), 3)
+        node.stopped = True
+        frozen = (node.daemon.pid, keeper)
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(pause)
+        finally:
+            for pid in reversed(frozen):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+            node.stopped = False
+        fault.healed = time.monotonic()
+
     async def _fault_db_lock(self, fault: Fault) -> None:
         """Another process holds the SQLite write lock (a backup, a careless sqlite3 shell)."""
         fault.params["locked_s"] = hold = round(self.rng.uniform(0.2, 2 * self.s.ttl), 3)
@@ -529,7 +552,7 @@ class Chaos:
 
     async def _fault_duplicate_node_id(self, fault: Fault) -> None:
         """A second daemon with the target's node id (a copied config, two pods of one name)
-        runs for a while: it must never lead beside the first (DESIGN §1.9)."""
+        runs for a while: it must never lead beside the first (rule 9)."""
         target = self._node(fault)
         fault.params["twin_s"] = pause = round(self.rng.uniform(0.5, 2 * self.s.ttl), 3)
         daemon = self._daemon(f"{target.id}-twin", target.daemon.backend)

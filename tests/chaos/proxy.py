@@ -7,7 +7,11 @@ Faults are real network behaviour on real sockets:
 * blackhole: nothing passes either way and new connections get no upstream, as when
   packets are dropped; bytes already sent wait, as TCP retransmissions would, and flow
   again when the blackhole ends (or find the other side gone by then);
-* reset: every open connection is aborted with a TCP RST on both sides.
+* reset: every open connection is aborted with a TCP RST on both sides;
+* hold: the next client-to-server chunk that contains a given byte string (a statement's
+  text, or a parameter of its Bind) waits ``seconds`` on its connection, the bytes behind it
+  too, then reaches the server although the client gave up on it long ago; optionally the
+  proxy then blackholes, so the client hears of nothing that followed.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ class FaultProxy:
         self._links: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.connections = 0
+        self._hold: tuple[bytes, float, bool] | None = None
+        self.held = asyncio.Event()  # set once a held chunk reached the server
 
     async def start(self) -> FaultProxy:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
@@ -53,6 +59,10 @@ class FaultProxy:
     def heal(self) -> None:
         self.delay = 0.0
         self._open.set()
+
+    def hold_next(self, pattern: bytes, seconds: float, then_blackhole: bool = False) -> None:
+        """Hold the next client-to-server chunk containing ``pattern`` for ``seconds``."""
+        self._hold, self.held = (pattern, seconds, then_blackhole), asyncio.Event()
 
     def reset(self) -> int:
         """Abort every open connection with an RST on both sides; how many were open."""
@@ -80,7 +90,9 @@ class FaultProxy:
             link = (writer, up_writer)
             self._links.add(link)
             try:
-                await asyncio.gather(self._pump(reader, up_writer), self._pump(up_reader, writer))
+                await asyncio.gather(
+                    self._pump(reader, up_writer, upstream=True), self._pump(up_reader, writer)
+                )
             finally:
                 self._links.discard(link)
                 for w in link:
@@ -90,10 +102,15 @@ class FaultProxy:
         finally:
             self._tasks.discard(task)  # type: ignore[arg-type]
 
-    async def _pump(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    async def _pump(
+        self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, upstream: bool = False
+    ) -> None:
         try:
             while True:
                 data = await src.read(65536)
+                if upstream and self._hold is not None and self._hold[0] in data:
+                    await self._deliver_late(data, dst)
+                    continue
                 await self._open.wait()
                 if self.delay > 0:
                     await asyncio.sleep(self.delay)
@@ -105,6 +122,16 @@ class FaultProxy:
                 dst.write_eof()
         except (OSError, RuntimeError):  # the other side was reset meanwhile
             _abort(dst)
+
+    async def _deliver_late(self, data: bytes, dst: asyncio.StreamWriter) -> None:
+        assert self._hold is not None
+        (_, seconds, then_blackhole), self._hold = self._hold, None
+        await asyncio.sleep(seconds)
+        dst.write(data)
+        await dst.drain()
+        if then_blackhole:
+            self.blackhole()
+        self.held.set()
 
 
 def _abort(writer: asyncio.StreamWriter) -> None:

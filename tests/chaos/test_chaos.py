@@ -94,9 +94,9 @@ def test_checker_catches_an_engine_that_does_not_self_fence() -> None:
 @pytest.mark.timeout(TIMEOUT)
 def test_supervised_commands_survive_chaos() -> None:
     """Every daemon runs `run -- tests/chaos/command.py` (a command with a setsid worker): the
-    leader's keeper is SIGKILLed, or frozen while its daemon resigns, among daemon kills and
-    freezes. Never two commands at once, none left after the run."""
-    kinds = ("keeper_sigkill", "keeper_sigstop", "sigkill", "sigstop", "sigterm")
+    leader's keeper is SIGKILLed, or frozen while its daemon resigns, or frozen with its
+    daemon, among daemon kills and freezes. Never two commands at once, none left after the run."""
+    kinds = ("keeper_sigkill", "keeper_sigstop", "both_sigstop", "sigkill", "sigstop", "sigterm")
     # Two decks: one moves the command too few times (faults on followers do not).
     result = run(Settings(backend="sqlite", duration=CAP, decks=2, supervise=True, faults=kinds))
     injected = result.injected()

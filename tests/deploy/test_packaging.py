@@ -98,6 +98,8 @@ def test_deb_contents(deb: Path) -> None:
         "/etc/leaderd/leaderd.toml",
         "/usr/share/doc/leaderd/copyright",
         "/usr/share/leaderd/prometheus/leaderd.rules.yml",
+        "/usr/share/bash-completion/completions/leaderd",
+        "/usr/share/zsh/vendor-completions/_leaderd",
     }
     assert expected <= files, sorted(expected - files)
     assert not any("/tests/" in f or "__pycache__" in f for f in files)

@@ -237,6 +237,10 @@ class Script:
     # wait_for_change raises this once: the next call, or the one under way when
     # LeaseStore.touch() wakes it (an etcd watch event showing our key deleted).
     lost: LeaseLost | None = None
+    # The next release never answers, and lands at this time although its caller gave up
+    # (a proxy holding it). It matches holder, instance and term only: the version the
+    # caller names is not compared, so the engine's own rule alone must keep it harmless.
+    release_lands_at: float | None = None
 
 
 @dataclass
@@ -253,8 +257,11 @@ class RecordingBackend(Backend):
     reasons: list[EndReason] = field(default_factory=list)
     # Whether releases may grant the lease to a standby (base.Backend.grants).
     granting: bool = False
+    # The version argument of every release, in order.
+    release_versions: list[str] = field(default_factory=list)
     kind = "fake"
     _grants_told: set[int] = field(default_factory=set)
+    _late: set[asyncio.Future[None]] = field(default_factory=set)  # releases still held
 
     @property
     def grants(self) -> bool:
@@ -322,13 +329,26 @@ class RecordingBackend(Backend):
         reserve_for: str = "",
         ttl: float = 0.0,
         grant: bool = False,
+        version: str = "",
     ) -> None:
         self.reasons.append(reason)
+        self.release_versions.append(version)
         self._enter(
             "release", election, candidate.node_id, term, *[reserve_for][: bool(reserve_for)]
         )
+        grant = grant and self.granting
+        if self.script.release_lands_at is not None:
+            at, self.script.release_lands_at = self.script.release_lands_at, None
+            self._late.add(asyncio.ensure_future(self._land(at, election, candidate, term, grant)))
+            await asyncio.Event().wait()  # no answer: the caller gives up
         await self._hang(None)
-        self.store.release(election, candidate, term, reserve_for, ttl, grant and self.granting)
+        self.store.release(election, candidate, term, reserve_for, ttl, grant)
+
+    async def _land(
+        self, at: float, election: str, candidate: Candidate, term: int, grant: bool
+    ) -> None:
+        await self.store.clock.sleep_until(at)
+        self.store.release(election, candidate, term, grant=grant)
 
     async def history(self, election: str, limit: int) -> list[Tenure]:
         self._record("history", (election, limit))

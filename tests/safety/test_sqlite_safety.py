@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemons import REPO, Daemon, leaders, short_tempdir, wait_for
+from tests.daemons import REPO, Daemon, leaders, metric, short_tempdir, wait_for
 
 TTL, RETRY = 2.0, 0.25
 FAKE_BOOT_ID = "00000000-1111-2222-3333-444444444444"
@@ -44,15 +44,6 @@ def term_of(daemon: Daemon) -> int:
 def role_of(daemon: Daemon) -> str:
     role: str = daemon.get("/leader")[1]["role"]
     return role
-
-
-def metric(daemon: Daemon, name: str) -> float:
-    out = subprocess.run(
-        ["curl", "-sS", "--unix-socket", daemon.socket, "http://localhost/metrics"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    values = [float(line.split()[-1]) for line in out.splitlines() if line.startswith(name)]
-    return sum(values)
 
 
 def twin(name: str, db: str, workdir: str, node_id: str = "same-node") -> Daemon:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tests.daemons import Daemon, wait_for
 from tests.supervisor.confine import delegated_cgroup, remove_cgroup
-from tests.supervisor.records import GRACE, TTL, Event, alive, events, job_command
+from tests.supervisor.records import GRACE, TTL, Event, alive, events, job_command, workers
 
 CONFINE = str(Path(__file__).with_name("confine.py"))
 # What leaderd says at startup about each containment (leaderd/child.py).
@@ -51,6 +51,15 @@ class Cluster:
             daemon.args = [sys.executable, CONFINE, *confine, "--", *daemon.args]
         self.daemons.append(daemon.start())
         return daemon
+
+    def start_job(self, node_id: str, *options: str) -> tuple[int, list[int]]:
+        """Start a daemon whose job has workers; (the job's pid, the workers' pids)."""
+        daemon = self.start(node_id, *options)
+        job = self.next_start()
+        want = sum(1 for o in options if o.endswith("-worker"))
+        pids = wait_for(lambda: len(workers(self.workdir)) == want and workers(self.workdir), 10)
+        assert SAYS[self.containment] in daemon.log()
+        return job.pid, pids
 
     def close(self) -> None:
         for daemon in self.daemons:

@@ -20,7 +20,7 @@ import time
 import pytest
 
 from tests.daemons import wait_for
-from tests.supervisor.cluster import SAYS, Cluster, wait_dead
+from tests.supervisor.cluster import Cluster, wait_dead
 from tests.supervisor.records import (
     LEASE_WINDOW,
     alive,
@@ -29,7 +29,6 @@ from tests.supervisor.records import (
     events,
     keeper_of,
     tree,
-    workers,
 )
 
 pytestmark = pytest.mark.slow
@@ -37,19 +36,9 @@ pytestmark = pytest.mark.slow
 RENEW = 0.5  # the tests' renew_interval (tests/daemons.py)
 
 
-def start_job(cluster: Cluster, node: str, *options: str) -> tuple[int, list[int]]:
-    """Start a daemon whose job has workers; (the job's pid, the workers' pids)."""
-    daemon = cluster.start(node, *options)
-    job = cluster.next_start()
-    want = sum(1 for o in options if o.endswith("-worker"))
-    pids = wait_for(lambda: len(workers(cluster.workdir)) == want and workers(cluster.workdir), 10)
-    assert SAYS[cluster.containment] in daemon.log()
-    return job.pid, pids
-
-
 def test_keeper_killed_takes_the_whole_tree_and_is_an_internal_failure(contained: Cluster) -> None:
     cluster = contained
-    job, pids = start_job(cluster, "a", "--setsid-worker", "--fork-worker")
+    job, pids = cluster.start_job("a", "--setsid-worker", "--fork-worker")
     a = cluster.daemon("a")
     b = cluster.start("b")
     b.wait_ready()
@@ -71,7 +60,7 @@ def test_keeper_killed_takes_the_whole_tree_and_is_an_internal_failure(contained
 @pytest.mark.parametrize("how", ["resign", "backend_lost"])
 def test_frozen_keeper_cannot_keep_workers_past_a_step_down(contained: Cluster, how: str) -> None:
     cluster = contained
-    job, pids = start_job(cluster, "a", "--setsid-worker")
+    job, pids = cluster.start_job("a", "--setsid-worker")
     a = cluster.daemon("a")
     keeper = keeper_of(a.pid)
     os.kill(keeper, signal.SIGSTOP)
@@ -102,7 +91,7 @@ def test_frozen_keeper_cannot_keep_workers_past_a_step_down(contained: Cluster, 
 
 
 def test_daemon_and_keeper_killed_together_take_every_worker(cluster: Cluster) -> None:
-    job, pids = start_job(cluster, "a", "--setsid-worker", "--fork-worker")
+    job, pids = cluster.start_job("a", "--setsid-worker", "--fork-worker")
     a = cluster.daemon("a")
     keeper = keeper_of(a.pid)
     killed = time.monotonic()
@@ -115,9 +104,10 @@ def test_daemon_and_keeper_killed_together_take_every_worker(cluster: Cluster) -
 def test_keeper_killed_while_the_daemon_is_frozen(contained: Cluster) -> None:
     """The attacker's order: freeze leaderd first, then kill the keeper. In a PID namespace
     the kernel ends the tree at once; without one, a worker that left the command lives
-    until leaderd wakes up (docs/run.md, "What is guaranteed where"), and not a moment more."""
+    until leaderd wakes up (docs/run.md, "Who ends the tree when something fails"), and not
+    a moment more."""
     cluster = contained
-    job, pids = start_job(cluster, "a", "--setsid-worker", "--fork-worker")
+    job, pids = cluster.start_job("a", "--setsid-worker", "--fork-worker")
     a = cluster.daemon("a")
     keeper = keeper_of(a.pid)
     os.kill(a.pid, signal.SIGSTOP)
@@ -161,7 +151,7 @@ def test_term_change_under_a_running_job_stops_it(cluster: Cluster) -> None:
 
 def test_everything_a_test_started_is_found_by_tree(cluster: Cluster) -> None:
     """The helper the tests above rely on: tree() sees workers that left the session."""
-    job, pids = start_job(cluster, "a", "--setsid-worker", "--fork-worker")
+    job, pids = cluster.start_job("a", "--setsid-worker", "--fork-worker")
     found = tree(cluster.daemon("a").pid)
     assert {job, *pids} <= set(found)
 

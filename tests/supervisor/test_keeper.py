@@ -18,12 +18,14 @@ from pathlib import Path
 import pytest
 
 from leaderd.clock import boottime
-from leaderd.keeper import DEADLINE, SIGNAL, STOP, Lines, encode
+from leaderd.guard import kill_at, term_at
+from leaderd.keeper import switch_at
+from leaderd.keeper_protocol import DEADLINE, SIGNAL, STOP, Lines, encode
 from leaderd.probe import keeper_argv
 from tests.daemons import short_tempdir, wait_for
 from tests.supervisor.cluster import CONFINE
 from tests.supervisor.confine import cgroup_root, delegated_cgroup, remove_cgroup
-from tests.supervisor.records import alive, kill_leftovers
+from tests.supervisor.records import alive, children, kill_leftovers
 
 # A command that records its host pid and its workers', ignores SIGTERM if told to, and
 # starts a worker that leaves its session (as daemonizing programs do) and ignores SIGTERM.
@@ -228,6 +230,50 @@ def test_a_later_deadline_keeps_the_command(keepers: list[Keeper], workdir: str)
     assert alive(command)
 
 
+@pytest.mark.parametrize("grace", [0.01, 0.5, 5.0, 60.0])
+def test_the_guard_acts_last_and_is_done_before_the_deadline(grace: float) -> None:
+    """leaderd SIGTERMs at deadline - grace, then the keeper, then the guard; the guard's
+    SIGKILL comes before the deadline, so its end is complete when the deadline comes."""
+    deadline = boottime() + 100.0
+    order = [deadline - grace, switch_at(deadline, grace), term_at(deadline, grace)]
+    assert order == sorted(order) and len(set(order)) == 3
+    assert order[-1] < kill_at(deadline, grace) < deadline
+
+
+def test_the_guard_holds_the_deadline_when_the_keeper_is_frozen(keepers: list[Keeper],
+                                                                workdir: str,
+                                                                contain: str) -> None:  # fmt: skip
+    """leaderd and the keeper both frozen: the guard (the init of the namespace, or without
+    one the command's parent) ends the whole tree by itself, and says so once the keeper can
+    listen again."""
+    deadline = boottime() + 2.0
+    k = start(keepers, workdir, "worker", contain=contain, deadline=deadline, grace=0.5)
+    command, (worker,) = k.running()
+    os.kill(k.proc.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: not alive(command) and not alive(worker), 10, interval=0.005)
+        gone = boottime()
+    finally:
+        os.kill(k.proc.pid, signal.SIGCONT)
+    assert k.wait_for("exit") == "-15 guard"
+    print(f"{contain}: keeper frozen, the guard ended the tree {deadline - gone:.3f}s before")
+
+
+def test_a_later_deadline_reaches_the_init(keepers: list[Keeper], workdir: str) -> None:
+    deadline = boottime() + 1.5
+    k = start(keepers, workdir, contain="pidns", deadline=deadline, grace=0.5)
+    command, _ = k.running(worker=False)
+    k.say(DEADLINE, repr(boottime() + 60))
+    k.say(SIGNAL, int(signal.SIGHUP))  # read after the deadline: the init has the deadline
+    wait_for(lambda: k.pids("hup"), 5)
+    os.kill(k.proc.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: boottime() > deadline + 0.5, 5)
+        assert alive(command), "the init ended the command at a deadline moved later"
+    finally:
+        os.kill(k.proc.pid, signal.SIGCONT)
+
+
 def test_lifeline_eof_kills_everything_at_once(keepers: list[Keeper], workdir: str,
                                                contain: str) -> None:  # fmt: skip
     k = start(keepers, workdir, "worker", "ignore-term", contain=contain, grace=30)
@@ -246,11 +292,14 @@ def test_keeper_killed_takes_the_namespace_with_it(keepers: list[Keeper], workdi
     print(f"keeper SIGKILLed: its PID namespace gone in {time.monotonic() - killed:.3f}s")
 
 
-def test_init_killed_is_lost_not_the_commands_exit(keepers: list[Keeper], workdir: str) -> None:
-    k = start(keepers, workdir, "worker", contain="pidns")
-    init = int(k.wait_for("contained").split()[1])
+def test_guard_killed_is_lost_not_the_commands_exit(keepers: list[Keeper], workdir: str,
+                                                     contain: str) -> None:  # fmt: skip
+    """The init of the namespace, or the command's parent elsewhere: the worker that left the
+    command is ended all the same (by the kernel, else by the keeper it was handed to)."""
+    k = start(keepers, workdir, "worker", "ignore-term", contain=contain, grace=30)
     _, (worker,) = k.running()
-    os.kill(init, signal.SIGKILL)
+    (guard,) = children(k.proc.pid)
+    os.kill(guard, signal.SIGKILL)
     assert k.wait_for("exit") == "-9 lost"
     assert not alive(worker)
 
@@ -322,14 +371,15 @@ def _python_for(user: str) -> str:
 
 def test_the_keeper_is_standard_library_only() -> None:
     """It runs as `python -I -S`: nothing from site-packages, nothing from the environment."""
-    for module in ("keeper", "containment"):
+    for module in ("keeper", "keeper_protocol", "guard", "containment"):
         tree = ast.parse(Path(f"leaderd/{module}.py").read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
                 if node.level:  # relative: only the keeper's own modules
-                    assert node.module in ("containment",), node.module
+                    ours = [node.module] if node.module else [a.name for a in node.names]
+                    assert set(ours) <= {"keeper_protocol", "guard", "containment"}, ours
                     continue
                 names = [node.module or ""]
             else:
