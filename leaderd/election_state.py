@@ -293,8 +293,8 @@ class ElectionState:
             # A renewal that answers after a pause yields a deadline already past: fenced.
             self.held_term, self.last_held_term = lease.term, lease.term
             self.deadline, self.renewed_at = self._deadline_after(t_send, lease), t_send
-        elif mine:
-            self.release_due, self.held_term = lease.term, None  # won after resign/stop
+        elif mine or in_doubt:  # won after resign/stop, or still named by a term in doubt
+            self.release_due, self.held_term = lease.term, None
         else:
             self.held_term = None
         return notes

@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from leaderd.backends.base import Backend, BackendUnavailable, Candidate, Grant, Lease
+from leaderd.backends.base import (
+    Backend,
+    BackendUnavailable,
+    Candidate,
+    Grant,
+    Lease,
+    heard_in,
+)
 from leaderd.backends.pglisten import Listener
 from leaderd.backends.pgsettings import PgSettings
 from leaderd.backends.records import EndReason, Member, Tenure
@@ -95,10 +102,12 @@ class RowServer:
             r.holder, r.instance, r.address = me.node_id, me.instance, me.address
             r.expires_at, r.version = now + ttl, r.version + 1
             r.reserved_for, r.reserved_until = "", 0.0
-        return self.lease(self.hear(me, True, ttl))
+        return heard_in(self.lease(self.hear(me, True, ttl)), me)
 
     def observe(self, me: Candidate | None, ttl: float) -> Lease:
-        return self.lease(self.hear(me, False, ttl) if me is not None else self.members())
+        return heard_in(
+            self.lease(self.hear(me, False, ttl) if me is not None else self.members()), me
+        )
 
     def release(
         self, me: Candidate, term: int, reserve_for: str, ttl: float, grant: bool, version: str
@@ -268,7 +277,7 @@ class RowBackend(Backend):
             return None
         if not self.link.chance("cached_answer", self.link.faults.cache):
             return None
-        return dataclasses.replace(lease)
+        return dataclasses.replace(lease, heartbeat=None, cached=True)
 
 
 class RowWorld:

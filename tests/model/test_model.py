@@ -8,6 +8,8 @@ and the merger removes the marker (and the path's exclusion from the exploration
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from leaderd.backends.etcd import EtcdBackend
@@ -17,7 +19,8 @@ from . import cases
 from .checker import Violation
 from .etcdclient import EtcdWorld
 from .explore import WORLDS, exploration
-from .scheduler import run
+from .network import FAULTS
+from .scheduler import Plan, run
 
 pytestmark = pytest.mark.model
 
@@ -43,23 +46,22 @@ def test_a_deadline_past_the_lease_is_caught(monkeypatch: pytest.MonkeyPatch) ->
         exploration("row", seed=1, steps=STEPS)
 
 
-FINDING_1 = "finding 1: the engine notes only the heartbeat its own request wrote (safety-etcd)"
-FINDING_2 = "finding 2: the etcd spare lease aged on CLOCK_BOOTTIME"
-
-
-@pytest.mark.xfail(strict=True, raises=Violation, reason=FINDING_1)
 def test_finding_1_cached_heartbeat() -> None:
+    """A grant of a spare kept alive by a round that failed, after an answer from the cache:
+    led on only from a request's own answer (failed before rule 10's fix: the grantee led
+    past its spare's expiry)."""
     run(cases.cached_heartbeat())
 
 
-@pytest.mark.xfail(strict=True, raises=Violation, reason=FINDING_1)
 def test_finding_1_cached_heartbeat_on_a_row() -> None:
-    """The engine's part alone: a cached answer's heartbeat filed under a later send time."""
+    """The engine's part alone: a cached answer's heartbeat is not filed under a later send
+    time (failed before the fix)."""
     run(cases.cached_heartbeat_row())
 
 
-@pytest.mark.xfail(strict=True, raises=Violation, reason=FINDING_2)
 def test_finding_2_suspended_spare() -> None:
+    """A spare etcd expired during a host suspend is not reported fresh (failed while the
+    spare aged on CLOCK_MONOTONIC)."""
     run(cases.suspended_spare())
 
 
@@ -84,17 +86,14 @@ def test_finding_4_control_release_applied_on_time(world: str, to: bool) -> None
     run(cases.late_release(to, WORLDS[world], fate="lose_answer"))
 
 
-SUSPECTED = (
-    "found by this model on main after the release-in-doubt rule: on etcd, an observe whose "
-    "timetolive reads a live lease as 0 s (whole seconds, rounded down) ends the doubt; the "
-    "process renews the same term and leads, and its held grant, conditioned on a mod "
-    "revision that keepalives keep, then applies"
-)
-
-
-@pytest.mark.xfail(strict=True, raises=Violation, reason=SUSPECTED)
 def test_etcd_exploration_seed_6() -> None:
-    exploration("etcd", seed=6, steps=50_000)
+    """Found by this model after the release-in-doubt rule landed: on etcd an observe whose
+    timetolive reads a live lease as 0 s (whole seconds, rounded down) ended the doubt; the
+    process renewed the same term and led, and its held grant, conditioned on a mod revision
+    that keepalives keep, then applied. The schedule that found it: seed 6 with neither
+    suspends nor cached answers."""
+    faults = dataclasses.replace(FAULTS, stalled_release=0.25, cache=0)
+    run(Plan(EtcdWorld, 6, 50_000, faults, suspends=False))
 
 
 def test_the_etcd_world_runs_the_real_backend() -> None:
