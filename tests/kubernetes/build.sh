@@ -51,9 +51,18 @@ v="k8s.io/component-base/version"
 minor="${version#v1.}"
 minor="${minor%%.*}"
 ldflags="-s -w -X $v.gitVersion=$version -X $v.gitMajor=1 -X $v.gitMinor=$minor"
-(cd "$here/apiserver" && "$GO" build -ldflags="$ldflags" -o "$tmp/kube-apiserver" \
-  k8s.io/kubernetes/cmd/kube-apiserver)
-(cd "$here/elector" && "$GO" build -o "$tmp/elector" .)
+# The go command's hundreds of "downloading" lines go to a log, shown only on failure.
+log="$cache/build.log"
+build() {
+  (cd "$here/apiserver" &&
+    "$GO" build -ldflags="$ldflags" -o "$tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver) &&
+    (cd "$here/elector" && "$GO" build -o "$tmp/elector" .)
+}
+if ! build >"$log" 2>&1; then
+  tail -n 40 "$log" >&2
+  echo "build.sh: the build failed; the whole log is $log" >&2
+  exit 1
+fi
 # Outputs of older versions or sources are never used again.
 find "$cache" -mindepth 1 -maxdepth 1 -name 'v*' ! -name "$(basename "$tmp")" -exec rm -rf {} +
 mv "$tmp" "$out"
