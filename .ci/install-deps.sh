@@ -22,6 +22,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# tests/kubernetes: the real kube-apiserver and a client-go elector, built with Go from the
+# Go module proxy; cached, so a second run builds nothing (docs/kubernetes.md gives the cost).
+bash tests/kubernetes/build.sh >/dev/null
 # Packaging, systemd-analyze, hadolint, kubernetes-validate for tests/deploy.
 bash .ci/install-deploy-tools.sh
 

@@ -1,5 +1,6 @@
 """Throwaway TLS material for the etcd tests, made with openssl: a CA, a server certificate
-for 127.0.0.1 and a client certificate it signs, and a second CA that signs nothing we use."""
+for 127.0.0.1 and a client certificate it signs, and a second CA that signs nothing we use.
+The Kubernetes tests make theirs with ``new_ca``, ``new_signed`` and ``public_key``."""
 
 from __future__ import annotations
 
@@ -22,26 +23,30 @@ def _openssl(*args: str) -> None:
     subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
 
 
-def _key(path: str) -> None:
+def new_key(path: str) -> None:
     _openssl(
         "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-out", path
     )
 
 
-def _ca(directory: str, name: str) -> tuple[str, str]:
+def public_key(key: str, path: str) -> None:
+    _openssl("pkey", "-in", key, "-pubout", "-out", path)
+
+
+def new_ca(directory: str, name: str) -> tuple[str, str]:
     cert, key = os.path.join(directory, f"{name}.pem"), os.path.join(directory, f"{name}.key")
-    _key(key)
+    new_key(key)
     _openssl("req", "-x509", "-new", "-key", key, "-out", cert, "-days", "2",
              "-subj", f"/CN=leaderd test {name}")  # fmt: skip
     return cert, key
 
 
-def _signed(directory: str, name: str, ca: tuple[str, str], extensions: str) -> tuple[str, str]:
+def new_signed(directory: str, name: str, ca: tuple[str, str], extensions: str) -> tuple[str, str]:
     cert, key = os.path.join(directory, f"{name}.pem"), os.path.join(directory, f"{name}.key")
     csr, ext = os.path.join(directory, f"{name}.csr"), os.path.join(directory, f"{name}.ext")
     with open(ext, "w") as f:
         f.write(extensions)
-    _key(key)
+    new_key(key)
     _openssl("req", "-new", "-key", key, "-out", csr, "-subj", f"/CN={name}")
     _openssl("x509", "-req", "-in", csr, "-CA", ca[0], "-CAkey", ca[1], "-CAcreateserial",
              "-out", cert, "-days", "2", "-extfile", ext)  # fmt: skip
@@ -49,9 +54,9 @@ def _signed(directory: str, name: str, ca: tuple[str, str], extensions: str) -> 
 
 
 def make(directory: str) -> Material:
-    ca, other = _ca(directory, "ca"), _ca(directory, "other-ca")
+    ca, other = new_ca(directory, "ca"), new_ca(directory, "other-ca")
     # clientAuth too: etcd's JSON gateway calls the member's own gRPC server with this one.
     usage = "extendedKeyUsage=serverAuth,clientAuth\n"
-    server = _signed(directory, "server", ca, "subjectAltName=IP:127.0.0.1\n" + usage)
-    client = _signed(directory, "leaderd-client", ca, "extendedKeyUsage=clientAuth\n")
+    server = new_signed(directory, "server", ca, "subjectAltName=IP:127.0.0.1\n" + usage)
+    client = new_signed(directory, "leaderd-client", ca, "extendedKeyUsage=clientAuth\n")
     return Material(ca[0], server[0], server[1], client[0], client[1], other[0])

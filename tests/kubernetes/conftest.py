@@ -1,0 +1,19 @@
+"""Kubernetes tests: one real control plane (tests/kubernetes/cluster.py) for the session.
+
+It fails, never skips, when it cannot be built or started: CI builds it in .ci/install-deps.sh.
+"""
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.kubernetes.cluster import ControlPlane
+
+
+@pytest.fixture(scope="session")
+def kube() -> Iterator[ControlPlane]:
+    control_plane = ControlPlane()
+    try:
+        yield control_plane
+    finally:
+        control_plane.cleanup()
