@@ -38,7 +38,7 @@ from .base import (
     Grant,
     Lease,
 )
-from .records import EndReason, Member, Tenure
+from .records import EndReason, Member, Tenure, end_text
 from .sqlite_host import (
     DirectoryLock,
     FileIdentity,
@@ -242,7 +242,7 @@ class SQLiteBackend(Backend):
         params = {**params, "wall": iso(wall), "wall_seconds": wall, "now": boottime()}
         granted = grant and sqlite_grant.grant(db, self.table, params)
         if granted or db.execute(RELEASE.format(table=self.table), params).rowcount > 0:
-            records.released(db, self.table, params, reason)
+            records.released(db, self.table, params, end_text(reason, params["reserve_for"]))
         records.withdrawn(db, self.table, params)
         db.execute("COMMIT")
 
