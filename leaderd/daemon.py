@@ -84,6 +84,8 @@ class Daemon:
             _announce(self._unix.path, open_files)  # the curl it suggests now answers
             self._teardown.callback(self._unix.remove)
             backend = self.metrics.wrap(backend_from_url(cfg.backend))
+            if self.job is not None:
+                backend.ttl_rule_only()  # the command may outlive this process's death
             self._teardown.push_async_callback(_quietly, backend.close)
             if not await self._open_backend(backend):
                 return EXIT_FAILURE

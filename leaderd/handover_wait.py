@@ -7,10 +7,10 @@ Standard library only, like the rest of the client: the command imports no event
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from . import client
+from .clock import boottime
 
 # Slack for the answer beyond the long poll's own wait; the longest wait GET /watch takes.
 _ANSWER_SLACK = 2.0
@@ -29,7 +29,7 @@ def wait_until_leads(
     ``to`` did not within ``timeout`` seconds. Raise client.Unreachable as requests do."""
     term, revision = int(stepped_down["term"]), stepped_down["revision"]
     name = stepped_down["election"]
-    give_up = time.monotonic() + timeout
+    give_up = boottime() + timeout
     status = stepped_down
     while True:
         leader = (status.get("leader") or {}).get("node_id")
@@ -38,7 +38,7 @@ def wait_until_leads(
         if leader is not None and leader != to and int(status["term"]) > term:
             message = f"{to} did not take election {name}: {leader} leads it, term {status['term']}"
             raise NotTaken(message + " (the reservation lapsed)")
-        left = give_up - time.monotonic()
+        left = give_up - boottime()
         if left <= 0:
             now = f"leader {leader}" if leader else "no leader"
             raise NotTaken(f"{to} did not take election {name} within {timeout:g}s ({now})")

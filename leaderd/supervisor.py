@@ -22,7 +22,6 @@ import os
 import shlex
 import shutil
 import signal
-import time
 from typing import TYPE_CHECKING
 
 from .child import KEEPER_DIED, Child
@@ -101,7 +100,7 @@ class Supervisor:
         backoff = _BACKOFF_FIRST
         while True:
             term, deadline = await self._until_leading()
-            started = time.monotonic()
+            started = boottime()
             code = await self._run_once(term, deadline)
             if code is None:
                 continue
@@ -118,7 +117,7 @@ class Supervisor:
                     extra=extra(Event.CHILD_EXITED, status=status),
                 )
                 return status
-            if time.monotonic() - started >= _BACKOFF_MAX:
+            if boottime() - started >= _BACKOFF_MAX:
                 backoff = _BACKOFF_FIRST
             log.info(
                 "child %s; restarting it in %gs if still leader",
@@ -185,12 +184,12 @@ class Supervisor:
     async def _watch(self, child: Child) -> int | None:
         """Watch the lease for the child's whole life, from its keeper's first instant: a
         keeper that has not yet said the command runs may have started it already."""
-        spawned, announced = time.monotonic(), False
+        spawned, announced = boottime(), False
         while not child.exited.done():
             self._wake.clear()
             if child.running and not announced:
                 announced = self._announce(child)
-            elif not child.reported.done() and time.monotonic() - spawned > START_TIMEOUT:
+            elif not child.reported.done() and boottime() - spawned > START_TIMEOUT:
                 child.lost = f"said nothing in {START_TIMEOUT:g}s"
                 child.kill_keeper()
             reason, left = self._check(child)

@@ -29,6 +29,7 @@ class EndReason(StrEnum):
     HANDED_OVER = "handed over to"  # ... NODE: released on POST /resign?to=NODE (a switchover)
     EXPIRED = "expired"  # it lapsed; its holder (or etcd's lessor) let it go by itself
     TAKEN_OVER = "taken over after expiry"  # another holder took the lapsed lease
+    HOLDER_DIED = "holder died"  # its process died: the kernel freed its holder lock (SQLite)
     LOST_BACKEND = "lost the backend"  # the holder stepped down unable to reach the backend
 
 

@@ -6,7 +6,8 @@ this host's CLOCK_BOOTTIME (the clock the engine self-fences on: it never steps 
 suspend) plus the kernel boot id stored in the row. A row written under another boot id is
 never live, but never free either: like any unreleased lease it is taken over only when the
 engine names the version it watched for one ttl. sqlite_host.py holds the guards that keep
-the file to one host; sqlite_wake.py how standbys hear a commit. See docs/sqlite.md.
+the file to one host; sqlite_wake.py how standbys hear a commit; sqlite_proof.py how they
+take a dead holder's lease at once. See docs/sqlite.md.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import logging
 import os
 import re
 import sqlite3
-import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from ..clock import boottime
+from ..clock import boottime, wall_time
 from . import sqlite_grant
 from . import sqlite_records as records
 from .base import (
@@ -37,8 +37,10 @@ from .base import (
     Candidate,
     Grant,
     Lease,
+    heard_in,
 )
 from .records import EndReason, Member, Tenure, end_text
+from .sqlite_driver import Row, fetch, number, translate, whole
 from .sqlite_host import (
     DirectoryLock,
     FileIdentity,
@@ -47,6 +49,7 @@ from .sqlite_host import (
     persist_wal,
     refuse_shared_filesystem,
 )
+from .sqlite_proof import HolderLock
 from .sqlite_records import iso
 from .sqlite_schema import CAS, RELEASE, SELECT, prepare
 from .sqlite_wake import CommitWatcher
@@ -57,11 +60,7 @@ _DEFAULT_TABLE = "leaderd_lease"
 _DEFAULT_BUSY_TIMEOUT_MS = 5000
 _DEFAULT_POLL_INTERVAL_MS = 3.0
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-# Primary result codes that may clear by themselves; any other database error is fatal.
-_TRANSIENT_CODES = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR}
-_TRANSIENT_CODES |= {sqlite3.SQLITE_FULL, sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_INTERRUPT}
 
-_Row = tuple[str | None, str, str, int, str | None, str, float, int, str | None, float]
 T = TypeVar("T")
 # One request: a function of the sqlite3 connection, run whole in the connection's thread.
 Run = Callable[..., Awaitable[Any]]
@@ -91,6 +90,7 @@ class SQLiteBackend(Backend):
         self._identity: FileIdentity | None = None
         self._foreign = ForeignWriters(path)
         self._commits = CommitWatcher(path, poll_interval_ms / 1000)
+        self._proof = HolderLock(path, table)
         # Per election: (holder, instance, term) as last read, and when that lease lapses on
         # CLOCK_BOOTTIME; a renewal is no change a waiter must hear of.
         self._seen: dict[str, tuple[tuple[str | None, str, int], float | None]] = {}
@@ -104,15 +104,20 @@ class SQLiteBackend(Backend):
             raise BackendFatal(f"bad SQLite URL {url!r}: {usage}")
         path = os.path.abspath(urllib.parse.unquote(parts.path))
         options = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
-        unknown = set(options) - {"table", "busy_timeout_ms", "poll_interval_ms"}
+        unknown = set(options) - {"table", "busy_timeout_ms", "poll_interval_ms", "crash_failover"}
         if unknown:
             raise BackendFatal(f"unknown SQLite URL option(s) {sorted(unknown)} in {url!r}")
         table = options.get("table", _DEFAULT_TABLE)
         if not _IDENTIFIER.fullmatch(table):
             raise BackendFatal(f"SQLite table name {table!r} must be a plain identifier")
-        busy = _number(options, "busy_timeout_ms", _DEFAULT_BUSY_TIMEOUT_MS, 0, 3_600_000)
-        poll = _number(options, "poll_interval_ms", _DEFAULT_POLL_INTERVAL_MS, 0.5, 1000)
-        return cls(path, table, int(busy), poll)
+        busy = number(options, "busy_timeout_ms", _DEFAULT_BUSY_TIMEOUT_MS, 0, 3_600_000)
+        poll = number(options, "poll_interval_ms", _DEFAULT_POLL_INTERVAL_MS, 0.5, 1000)
+        backend = cls(path, table, int(busy), poll)
+        if options.get("crash_failover", "proof") not in ("proof", "ttl"):
+            raise BackendFatal(f"SQLite URL option crash_failover must be proof or ttl in {url!r}")
+        if options.get("crash_failover") == "ttl":
+            backend.ttl_rule_only()  # for apps that act for valid_for_ms after an answer
+        return backend
 
     @property
     def description(self) -> str:
@@ -121,6 +126,9 @@ class SQLiteBackend(Backend):
     @property
     def grants(self) -> bool:
         return True
+
+    def ttl_rule_only(self) -> None:
+        self._proof.enabled = False
 
     async def open(self, elections: Sequence[str]) -> None:
         self._closed = False
@@ -136,16 +144,16 @@ class SQLiteBackend(Backend):
         self._me[election] = candidate
         async with self._request("read", self._busy_timeout) as run:
             row, now, members = await run(self._heard, election, candidate, ttl)
-            return self._lease(election, row, now, members)
+            return heard_in(self._lease(election, row, now, members), candidate)
 
     def _heard(
         self, db: sqlite3.Connection, election: str, me: Candidate, ttl: float
-    ) -> tuple[_Row | None, float, tuple[Member, ...]]:
+    ) -> tuple[Row | None, float, tuple[Member, ...]]:
         """A cooling-down candidate's read, with its heartbeat: one transaction, one hop."""
         db.execute("BEGIN IMMEDIATE")
         now = boottime()
         records.heard(db, self.table, election, me, self._clock(now, ttl), campaigning=False)
-        row = _fetch(db, self._select, election)
+        row = fetch(db, self._select, election)
         members = records.members(db, self.table, election, self._boot_id, now)
         db.execute("COMMIT")
         return row, now, members
@@ -175,23 +183,27 @@ class SQLiteBackend(Backend):
         self._me[election] = candidate
         async with self._request("acquire", timeout) as run:
             row, now, members = await run(self._claim, ask, candidate)
-            return self._lease(election, row, now, members)
+            return heard_in(self._lease(election, row, now, members), candidate)
 
     def _claim(
         self, db: sqlite3.Connection, ask: dict[str, Any], me: Candidate
-    ) -> tuple[_Row | None, float, tuple[Member, ...]]:
+    ) -> tuple[Row | None, float, tuple[Member, ...]]:
         """The compare-and-set, the member's heartbeat and the history record, in the
         connection's thread: one transaction, one hop."""
         election = ask["election"]
         db.execute("BEGIN IMMEDIATE")
         now = boottime()  # read under the write lock: no one can commit in between
-        before = _fetch(db, self._select, election)
+        before = fetch(db, self._select, election)
         self._check_foreign(election, before)
-        wall = time.time()
+        proof, gone = self._proof.ask(election, me.instance, self._holder_proof(before))
+        wall = wall_time()
         db.execute(
             CAS.format(table=self.table),
             {
                 **ask,
+                "takeover": before[7] if before and gone else ask["takeover"],
+                "proof": proof,
+                "gone": gone,
                 "wall": iso(wall),
                 "expires_at": iso(wall + ask["ttl"]),
                 "boot_id": self._boot_id,
@@ -199,13 +211,15 @@ class SQLiteBackend(Backend):
                 "expires": now + ask["ttl"],
             },
         )
-        row = _fetch(db, self._select, election)
+        row = fetch(db, self._select, election)
         records.heard(db, self.table, election, me, self._clock(now, ask["ttl"]), campaigning=True)
-        records.began(db, self.table, election, me, (before, row), (wall, now, self._boot_id))
+        clock = (wall, now, self._boot_id)
+        records.began(db, self.table, election, me, (before, row), clock, died=bool(gone))
         if ask["lost_term"]:
             records.lost(db, self.table, election, me, ask["lost_term"])
         members = records.members(db, self.table, election, self._boot_id, now)
         db.execute("COMMIT")
+        self._proof.settle(election, _names(row, me))
         return row, now, members
 
     async def release(
@@ -238,13 +252,15 @@ class SQLiteBackend(Backend):
         self, db: sqlite3.Connection, params: dict[str, Any], reason: EndReason, grant: bool
     ) -> None:
         db.execute("BEGIN IMMEDIATE")
-        wall = time.time()  # read under the write lock, as the member ages it compares
+        wall = wall_time()  # read under the write lock, as the member ages it compares
         params = {**params, "wall": iso(wall), "wall_seconds": wall, "now": boottime()}
         granted = grant and sqlite_grant.grant(db, self.table, params)
-        if granted or db.execute(RELEASE.format(table=self.table), params).rowcount > 0:
+        ended = granted or db.execute(RELEASE.format(table=self.table), params).rowcount > 0
+        if ended:
             records.released(db, self.table, params, end_text(reason, params["reserve_for"]))
         records.withdrawn(db, self.table, params)
         db.execute("COMMIT")
+        self._proof.settle(params["election"], mine=not ended)  # a release that missed keeps it
 
     async def history(self, election: str, limit: int) -> list[Tenure]:
         async with self._request("history", self._busy_timeout) as run:
@@ -264,6 +280,11 @@ class SQLiteBackend(Backend):
                 lease, granted = await self._look_for_grant(election, deadline)
                 if seen is not None and _holding(lease) != seen[0]:
                     return granted
+                # The holder died (its lock is ours): a round takes over. Only after the read:
+                # a release that grants us the lease frees the lock as well.
+                if self._proof.freed(election):
+                    return None
+                self._proof.watch(election, self._commits.wake)
                 seen = seen or (_holding(lease), None)
                 remaining = deadline - boottime()
                 if remaining <= 0:
@@ -288,7 +309,7 @@ class SQLiteBackend(Backend):
 
     def _look_granted(
         self, db: sqlite3.Connection, election: str, me: Candidate | None
-    ) -> tuple[_Row | None, float, sqlite_grant.Heartbeat | None]:
+    ) -> tuple[Row | None, float, sqlite_grant.Heartbeat | None]:
         db.execute("BEGIN")  # one snapshot: the lease row and the heartbeat it names
         row, now, _ = self._look(db, election, False)
         heard = None if me is None else sqlite_grant.heartbeat(db, self.table, election, me)
@@ -302,6 +323,7 @@ class SQLiteBackend(Backend):
         if conn is not None:
             with suppress(sqlite3.Error, ValueError):
                 await conn.close()
+        self._proof.close()
         self._directory.release()
 
     # -- internals --------------------------------------------------------------------------
@@ -324,8 +346,8 @@ class SQLiteBackend(Backend):
 
                 async def run(fn: Callable[..., T], *args: Any) -> T:
                     # aiosqlite's own way into its thread (also behind its execute()).
-                    whole = conn._execute(_whole, conn._conn, busy_ms, fn, *args)  # type: ignore[no-untyped-call]
-                    result: T = await whole
+                    call = conn._execute(whole, conn._conn, busy_ms, fn, *args)  # type: ignore[no-untyped-call]
+                    result: T = await call
                     return result
 
                 yield run
@@ -334,7 +356,7 @@ class SQLiteBackend(Backend):
                 f"SQLite {what} on {self.path} timed out after {timeout:.3g}s"
             ) from None
         except (sqlite3.Error, ValueError) as exc:
-            raise _translate(exc, self.path) from exc
+            raise translate(exc, self.path) from exc
         except OSError as exc:
             raise BackendUnavailable(f"SQLite file {self.path}: {exc.strerror or exc}") from exc
 
@@ -355,6 +377,7 @@ class SQLiteBackend(Backend):
                     log.warning("SQLite file %s: cannot keep its WAL on close", self.path)
                 await prepare(conn, self.table, self._elections, alone, self._boot_id)
                 self._identity = self._identity or FileIdentity.of(self.path)
+                self._proof.open()
             except BaseException:
                 await conn.close()
                 raise
@@ -378,8 +401,8 @@ class SQLiteBackend(Backend):
 
     def _look(
         self, db: sqlite3.Connection, election: str, members: bool
-    ) -> tuple[_Row | None, float, tuple[Member, ...]]:
-        row = _fetch(db, self._select, election)
+    ) -> tuple[Row | None, float, tuple[Member, ...]]:
+        row = fetch(db, self._select, election)
         now = boottime()
         if not members:  # a waiter's reads need none
             return row, now, ()
@@ -387,20 +410,28 @@ class SQLiteBackend(Backend):
 
     def _clock(self, now: float, ttl: float) -> dict[str, Any]:
         """How a member's heartbeat is timed: this host's clocks, and the member's ttl."""
-        return {"wall": iso(time.time()), "boot_id": self._boot_id, "now": now, "ttl": ttl}
+        return {"wall": iso(wall_time()), "boot_id": self._boot_id, "now": now, "ttl": ttl}
 
-    def _check_foreign(self, election: str, row: _Row | None) -> None:
+    def _holder_proof(self, row: Row | None) -> tuple[str, str | None]:
+        """The row's holder instance and proof; no proof from another kernel's boot, whose
+        locks this kernel cannot see (docs/algorithm.md, "Crash failover on one host")."""
+        if row is None:
+            return "", None
+        return row[1], row[10] if row[5] == self._boot_id else None
+
+    def _check_foreign(self, election: str, row: Row | None) -> None:
         if row is not None:
             self._foreign.check(election, row[5], row[7], self._boot_id)
 
     def _lease(
-        self, election: str, row: _Row | None, now: float, members: tuple[Member, ...] = ()
+        self, election: str, row: Row | None, now: float, members: tuple[Member, ...] = ()
     ) -> Lease:
         if row is None:
             lease = Lease(election, None, "", 0, None, None, members=members)
         else:
             lease = replace(_lease(election, row, now, self._boot_id), members=members)
             self._foreign.check(election, row[5], row[7], self._boot_id)
+            self._proof.saw(election, *self._holder_proof(row))
         # A holder's lease lapsing, or a reservation ending, is a change waiters must hear of.
         left = lease.expires_in or lease.reserved_in
         lapse = None if not left else now + left
@@ -408,11 +439,15 @@ class SQLiteBackend(Backend):
         return lease
 
 
+def _names(row: Row | None, me: Candidate) -> bool:
+    return row is not None and (row[0], row[1]) == (me.node_id, me.instance)
+
+
 def _holding(lease: Lease) -> tuple[str | None, str, int]:
     return lease.holder, lease.instance, lease.term
 
 
-def _lease(election: str, row: _Row, now: float, my_boot_id: str) -> Lease:
+def _lease(election: str, row: Row, now: float, my_boot_id: str) -> Lease:
     holder, instance, address, term, acquired_at, row_boot_id, expires, version = row[:8]
     reserved_for, reserved_until = row[8], row[9]
     if holder is None:
@@ -436,50 +471,3 @@ def _lease(election: str, row: _Row, now: float, my_boot_id: str) -> Lease:
     return Lease(
         election, holder, address, term, acquired, expires_in, instance, version=str(version)
     )
-
-
-def _whole(db: sqlite3.Connection, busy_ms: int, fn: Callable[..., T], *args: Any) -> T:
-    """In the connection's thread: run ``fn(db, *args)``; whatever happens, no transaction
-    stays open to hold the file's write lock."""
-    db.execute(f"PRAGMA busy_timeout = {busy_ms}")
-    try:
-        return fn(db, *args)
-    finally:
-        if db.in_transaction:
-            with suppress(sqlite3.Error):
-                db.execute("ROLLBACK")
-
-
-def _execute(db: sqlite3.Connection, sql: str, params: dict[str, Any]) -> None:
-    db.execute(sql, params)
-
-
-def _fetch(db: sqlite3.Connection, sql: str, election: str) -> _Row | None:
-    row: Any = db.execute(sql, (election,)).fetchone()
-    return None if row is None else tuple(row)
-
-
-def _translate(exc: BaseException, path: str) -> BackendError:
-    code = getattr(exc, "sqlite_errorcode", None)
-    name = getattr(exc, "sqlite_errorname", type(exc).__name__)
-    message = f"SQLite file {path}: {exc} ({name})"
-    if not isinstance(exc, sqlite3.DatabaseError) or (
-        isinstance(code, int) and code & 0xFF in _TRANSIENT_CODES
-    ):
-        return BackendUnavailable(message)
-    if code is not None and code & 0xFF in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM):
-        message += ": check that the file and its directory exist and are writable"
-    return BackendFatal(message)
-
-
-def _number(options: dict[str, str], key: str, default: float, low: float, high: float) -> float:
-    raw = options.get(key)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not low <= value <= high:
-        raise BackendFatal(f"SQLite URL option {key}={raw!r} must be a number in [{low}, {high}]")
-    return value

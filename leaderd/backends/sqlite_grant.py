@@ -27,7 +27,7 @@ _GRANT = f"""
 UPDATE {{table}} SET holder = :node_id, instance = :successor, address = :address,
     term = term + 1, acquired_at = :wall, renewed_at = :heard_at, expires_at = :expires_at,
     boot_id = :boot_id, expires_boottime = :expires, version = version + 1,
-    reserved_for = NULL, reserved_until = 0
+    reserved_for = NULL, reserved_until = 0, proof = NULL
 WHERE election = :election AND holder = :holder AND instance = :instance AND term = :term
   AND {OF_VERSION}"""
 # The grantee's heartbeat that the lease row names: its expiry counts from it.

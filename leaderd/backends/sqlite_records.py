@@ -140,10 +140,12 @@ def began(
     me: Candidate,
     rows: tuple[Any, Any],
     clock: tuple[float, float, str],
+    died: bool = False,
 ) -> None:
     """When the CAS began a term for ``me`` (the lease ``rows`` before and after it), end
     the previous record(s), begin this one and keep the newest few. ``clock``: the wall
-    clock, CLOCK_BOOTTIME and boot id of the transaction."""
+    clock, CLOCK_BOOTTIME and boot id of the transaction; ``died``: the previous holder's
+    death was proven (its holder lock freed), so its term ended now."""
     (before, after), (wall, now, boot_id) = rows, clock
     if after is None or (after[0], after[1]) != (me.node_id, me.instance):
         return
@@ -154,7 +156,7 @@ def began(
     ended_at = None
     if before is not None and not free and before[5] == boot_id:
         ended_at = iso(wall - max(0.0, now - before[6]))  # when it lapsed, not now
-    reason = end_of_acquisition(mine, free, lost=False)
+    reason = EndReason.HOLDER_DIED if died else end_of_acquisition(mine, free, lost=False)
     values = {"election": election, "term": after[3], "wall": iso(wall), "ended_at": ended_at,
               "reason": reason.value, "holder": me.node_id, "instance": me.instance,
               "address": me.address}  # fmt: skip

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Sequence
 from contextlib import suppress
 
 import aiosqlite
 
-from ..clock import boottime
+from ..clock import boottime, suspended_for, wall_time
 from . import sqlite_records
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 CREATE = """
 CREATE TABLE IF NOT EXISTS {table} (
@@ -28,19 +27,22 @@ CREATE TABLE IF NOT EXISTS {table} (
     expires_boottime REAL NOT NULL DEFAULT 0,
     version          INTEGER NOT NULL DEFAULT 0,
     reserved_for     TEXT,
-    reserved_until   REAL NOT NULL DEFAULT 0
+    reserved_until   REAL NOT NULL DEFAULT 0,
+    proof            TEXT
 )"""
 # Columns added since schema 1, with their definitions (schema 2: instance, version;
-# schema 3: the reservation of a released lease for one node id).
+# schema 3: the reservation of a released lease for one node id; schema 4: the holder's
+# proof of life, its instance and holder lock's inode, sqlite_proof.py).
 _ADDED = {
     "instance": "TEXT NOT NULL DEFAULT ''",
     "version": "INTEGER NOT NULL DEFAULT 0",
     "reserved_for": "TEXT",
     "reserved_until": "REAL NOT NULL DEFAULT 0",
+    "proof": "TEXT",
 }
 SELECT = """
 SELECT holder, instance, address, term, acquired_at, boot_id, expires_boottime, version,
-       reserved_for, reserved_until
+       reserved_for, reserved_until, proof
 FROM {table} WHERE election = ?"""
 # live: the stored lease has not lapsed on this boot's CLOCK_BOOTTIME.
 LIVE = "(holder IS NOT NULL AND boot_id = :boot_id AND expires_boottime > :now)"
@@ -50,24 +52,25 @@ RESERVED = """(reserved_for IS NOT NULL AND reserved_for <> :holder AND boot_id 
     AND reserved_until > :now)"""
 CAS = f"""
 INSERT INTO {{table}} (election, holder, instance, address, term, acquired_at, renewed_at,
-                       expires_at, boot_id, expires_boottime, version)
+                       expires_at, boot_id, expires_boottime, version, proof)
 VALUES (:election, :holder, :instance, :address, MAX(1, :min_term), :wall, :wall, :expires_at,
-        :boot_id, :expires, 1)
+        :boot_id, :expires, 1, :proof)
 ON CONFLICT (election) DO UPDATE SET
     term = CASE WHEN {MINE} AND {LIVE} THEN term ELSE MAX(term + 1, :min_term) END,
     acquired_at = CASE WHEN {MINE} AND {LIVE} THEN acquired_at ELSE :wall END,
     holder = :holder, instance = :instance, address = :address, renewed_at = :wall,
     expires_at = :expires_at, boot_id = :boot_id, expires_boottime = :expires,
-    version = version + 1, reserved_for = NULL, reserved_until = 0
+    version = version + 1, reserved_for = NULL, reserved_until = 0, proof = :proof
 WHERE (holder IS NULL AND NOT {RESERVED}) OR {MINE}
-   OR (holder IS NOT NULL AND NOT {LIVE} AND version = :takeover)"""
+   OR (holder IS NOT NULL AND version = :takeover AND (NOT {LIVE} OR proof = :gone))"""
+# :gone, a proof this request's holder lock showed dead (NULL: none), lets a live lease go.
 # A release (or its grant) applies only to the version last answered ('': any): one that
 # runs late, after a renewal of the same term, changes nothing (docs/sqlite.md).
 OF_VERSION = "(:version = '' OR CAST(version AS TEXT) = :version)"
 # The holder's own row, so its boot id is this host's: the reservation's clock.
 RELEASE = f"""
 UPDATE {{table}} SET holder = NULL, instance = '', address = '', expires_at = :wall,
-    expires_boottime = :now, version = version + 1,
+    expires_boottime = :now, version = version + 1, proof = NULL,
     reserved_for = NULLIF(:reserve_for, ''), reserved_until = :now + :reserve_ttl
 WHERE election = :election AND holder = :holder AND instance = :instance AND term = :term
   AND {OF_VERSION}"""
@@ -121,7 +124,7 @@ async def prepare(
 async def _seed(
     conn: aiosqlite.Connection, table: str, elections: Sequence[str], alone: bool, boot: str
 ) -> None:
-    floor = int(time.time() * 1000)
+    floor = int(wall_time() * 1000)
     for election in elections:
         if alone:
             await conn.execute(SEED.format(table=table), (election, floor))
@@ -137,7 +140,8 @@ async def _table_exists(conn: aiosqlite.Connection, table: str) -> bool:
 
 async def _migrate(conn: aiosqlite.Connection, table: str) -> None:
     """Schema 1 -> 2: instance and version columns; expiry moves to CLOCK_BOOTTIME.
-    Schema 2 -> 3: the reservation columns (none is reserved: NULL, 0)."""
+    Schema 2 -> 3: the reservation columns (none is reserved: NULL, 0).
+    Schema 3 -> 4: the proof column (NULL: every lease so far waits out the ttl rule)."""
     async with conn.execute(f"PRAGMA table_info({table})") as cursor:
         columns = {str(row[1]) for row in await cursor.fetchall()}
     for column, definition in _ADDED.items():
@@ -146,6 +150,6 @@ async def _migrate(conn: aiosqlite.Connection, table: str) -> None:
     if "expires_mono" in columns:
         # A live lease keeps its remaining time: monotonic deadline + (boottime - monotonic).
         await conn.execute(f"ALTER TABLE {table} RENAME COLUMN expires_mono TO expires_boottime")
-        offset = boottime() - time.monotonic()
+        offset = suspended_for()
         sql = f"UPDATE {table} SET expires_boottime = expires_boottime + ?"
         await conn.execute(sql, (offset,))

@@ -28,11 +28,13 @@ import itertools
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
 from leaderd.backends import Backend, backend_from_url
 from leaderd.backends.base import LeaseLost
+from leaderd.backends.sqlite import SQLiteBackend
 from tests.etcd.fixtures import etcd_cluster  # noqa: F401 - the fixture the etcd entry uses
 
 # Elections every instance opens; tests use these names.
@@ -260,3 +262,22 @@ async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
         yield store
     finally:
         await store.close_all()
+
+
+Opener = Callable[..., Awaitable[SQLiteBackend]]
+
+
+@pytest.fixture
+async def opened() -> AsyncIterator[Opener]:
+    """Opens backends on a file (``opened(path, "?query")``) and closes them after the test."""
+    backends: list[SQLiteBackend] = []
+
+    async def open_backend(path: Path | str, query: str = "") -> SQLiteBackend:
+        backend = SQLiteBackend.from_url(f"sqlite://{path}{query}")
+        backends.append(backend)
+        await backend.open(ELECTIONS)
+        return backend
+
+    yield open_backend
+    for backend in backends:
+        await backend.close()

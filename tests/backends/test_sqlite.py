@@ -10,7 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +25,7 @@ from leaderd.backends import (
 from leaderd.backends.sqlite import SQLiteBackend
 from leaderd.backends.sqlite_host import refuse_shared_filesystem
 
-from .conftest import ELECTIONS, LONG_TTL, SHORT_TTL
+from .conftest import LONG_TTL, SHORT_TTL, Opener
 
 E = "default"
 A = Candidate("node-a", "10.0.0.1:8080")
@@ -45,26 +45,8 @@ COLUMNS = [
     "version",
     "reserved_for",
     "reserved_until",
+    "proof",
 ]
-
-
-Opener = Callable[..., Awaitable[SQLiteBackend]]
-
-
-@pytest.fixture
-async def opened() -> AsyncIterator[Opener]:
-    """Opens backends on a file (``opened(path, "?query")``) and closes them after the test."""
-    backends: list[SQLiteBackend] = []
-
-    async def open_backend(path: Path | str, query: str = "") -> SQLiteBackend:
-        backend = SQLiteBackend.from_url(f"sqlite://{path}{query}")
-        backends.append(backend)
-        await backend.open(ELECTIONS)
-        return backend
-
-    yield open_backend
-    for backend in backends:
-        await backend.close()
 
 
 @pytest.fixture
@@ -266,13 +248,14 @@ async def test_a_release_in_another_process_wakes_a_waiter_promptly(
     assert holder.stdin is not None and holder.stdout is not None
     term = int(await holder.stdout.readline())
     assert (await waiter.observe(E)).term == term
-    waiting = asyncio.create_task(waiter.wait_for_change(E, 5.0))
+    # Only a wake-up can end this wait before the test's: its own timeout is an hour, and
+    # the safety-net poll (30 s here) is past the test's 10 s too.
+    waiting = asyncio.create_task(waiter.wait_for_change(E, 3600))
     await asyncio.sleep(0.2)
     assert not waiting.done()
     holder.stdin.write(b"release\n")
-    released = float(await holder.stdout.readline())
+    await holder.stdout.readline()  # released
     await asyncio.wait_for(waiting, 10)
-    assert time.monotonic() - released < 1.0  # typically 2-3 ms
     assert await holder.wait() == 0
 
 

@@ -1,4 +1,4 @@
-"""The SQLite lease table's schema versions: a schema-2 file is upgraded to 3 in place."""
+"""The SQLite lease table's schema versions: an older file is upgraded in place."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from pathlib import Path
 
 from leaderd.backends import Candidate
 from leaderd.backends.sqlite import SQLiteBackend
+from leaderd.backends.sqlite_host import boot_id
 from leaderd.backends.sqlite_schema import SCHEMA_VERSION
+from leaderd.clock import boottime
 
 from .conftest import ELECTIONS, LONG_TTL
 
@@ -46,10 +48,37 @@ async def test_a_schema_2_file_gains_the_reservation_columns_and_keeps_its_terms
         for backend in backends:
             await backend.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
         columns = [row[1] for row in conn.execute("PRAGMA table_info(leaderd_lease)")]
-        assert columns[-2:] == ["reserved_for", "reserved_until"]
+        assert columns[-3:] == ["reserved_for", "reserved_until", "proof"]
         row = conn.execute(
             "SELECT holder, reserved_for FROM leaderd_lease WHERE election = ?", (E,)
         )
         assert row.fetchone() == ("node-c", None)  # the acquisition ended the reservation
+
+
+async def test_a_lease_live_while_upgrading_to_schema_4_is_waited_out(tmp_path: Path) -> None:
+    """Its holder recorded no proof: the one-ttl rule only, whoever holds the lock file."""
+    path = tmp_path / "old.db"
+    boot = boot_id()
+    live_until = boottime() + LONG_TTL
+    with sqlite3.connect(path) as conn:
+        conn.executescript(SCHEMA_2.replace("PRAGMA user_version = 2;", ""))
+        conn.execute("ALTER TABLE leaderd_lease ADD COLUMN reserved_for TEXT")
+        conn.execute("ALTER TABLE leaderd_lease ADD COLUMN reserved_until REAL NOT NULL DEFAULT 0")
+        conn.execute(
+            "UPDATE leaderd_lease SET holder = 'node-a', instance = 'gone', boot_id = ?, "
+            "expires_boottime = ?",
+            (boot, live_until),
+        )
+        conn.execute("PRAGMA user_version = 3")
+    b = SQLiteBackend.from_url(f"sqlite://{path}")
+    try:
+        await b.open(ELECTIONS)
+        assert not (await b.acquire_or_renew(E, B, LONG_TTL, timeout=10)).held_by(B)
+    finally:
+        await b.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        row = conn.execute("SELECT holder, proof FROM leaderd_lease").fetchone()
+        assert row == ("node-a", None)

@@ -18,7 +18,8 @@ import pytest
 
 from ._tools import INSTALL_HINT, ROOT, project_version, require, require_module, run
 
-pytestmark = pytest.mark.deploy
+# Building the sdist, wheel and .deb (up to 600 + 900 s of their own timeouts).
+pytestmark = [pytest.mark.deploy, pytest.mark.timeout(1800)]
 
 DEBIAN_PYTHON = Path("/usr/bin/python3")
 DEBIAN_MODULES = ("aiohttp", "aiosqlite", "asyncpg", "jsonschema", "prometheus_client", "uvloop")
