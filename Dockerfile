@@ -7,12 +7,19 @@
 # Docker Hub's; where no registry can be reached, packaging/debian-base-image.sh makes one
 # from Debian's packages (--build-arg BASE=localhost/leaderd-base:bookworm).
 #
-# The builder stage turns the source into wheels (leaderd and every dependency,
-# all of which ship binary wheels for CPython 3.11, so no compiler is needed) and
-# installs them into a virtualenv without pip; the final stage copies only that
-# virtualenv. pip itself comes from ensurepip in a throwaway virtualenv, the same way on
-# either base. tests/deploy/test_container.py replays the builder's RUN lines in a
-# temporary directory (keep them plain shell), then builds and runs the image with podman.
+# Reproducible: every dependency comes from packaging/requirements.lock and the build
+# backend from packaging/build.lock, each pinned to one version with the sha256 of its files
+# (pip --require-hashes installs nothing else; packaging/lock.sh regenerates both). For the
+# base, use the one packaging/debian-base-image.sh builds, or name the default by digest:
+# --build-arg BASE=python:3.11-slim-bookworm@sha256:...
+#
+# The builder stage turns the source into wheels (leaderd, built without build isolation
+# by the locked backend, and every locked dependency, all of which ship binary wheels for
+# CPython 3.11, so no compiler is needed) and installs them into a virtualenv without pip;
+# the final stage copies only that virtualenv. pip itself comes from ensurepip in a
+# throwaway virtualenv, the same way on either base. tests/deploy/test_container.py replays
+# the builder's RUN lines in a temporary directory (keep them plain shell), then
+# test_image.py builds and runs the image with podman.
 
 ARG BASE=python:3.11-slim-bookworm
 
@@ -21,10 +28,16 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY . /src
 RUN python3 -m venv /build \
- && /build/bin/python -m pip wheel --wheel-dir /wheels /src
+ && /build/bin/python -m pip install --require-hashes --no-deps -r /src/packaging/build.lock \
+ && /build/bin/python -m pip wheel --no-deps --no-build-isolation --wheel-dir /wheels /src \
+ && /build/bin/python -m pip download --require-hashes --no-deps --only-binary=:all: \
+      --dest /wheels -r /src/packaging/requirements.lock
 RUN python3 -m venv --without-pip /opt/leaderd \
  && /build/bin/python -m pip --python /opt/leaderd/bin/python install --no-index \
-      --find-links /wheels leaderd \
+      --find-links /wheels --require-hashes --no-deps -r /src/packaging/requirements.lock \
+ && /build/bin/python -m pip --python /opt/leaderd/bin/python install --no-index --no-deps \
+      /wheels/leaderd-*.whl \
+ && /build/bin/python -m pip --python /opt/leaderd/bin/python check \
  && /opt/leaderd/bin/leaderd --version
 
 FROM ${BASE}

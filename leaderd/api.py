@@ -18,7 +18,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from . import jsonio, package_files, params
+from . import jsonio, package_files, params, switchover
 from .connections import Connections, Site, factory
 from .engine import Election
 from .history import DEFAULT_LIMIT, MAX_LIMIT
@@ -227,9 +227,10 @@ class _Api:
             to = params.node_id(request.query.get("to"), "to")
         except params.BadParameter as exc:
             return error(400, "bad_parameter", str(exc))
-        refused = _hand_over_refused(election, self.node.node_id, to)
+        given = "cooldown" in request.query
+        refused = switchover.refusal(election, self.node.node_id, to, cooldown_given=given)
         if refused is not None:
-            return refused
+            return error(refused.status, refused.code, refused.message)
         election.resign(cooldown, to)
         status = election.status()
         return _json(status.to_dict(), revision=status.revision)
@@ -344,29 +345,6 @@ class _Api:
             await response.write(_event(status, sse))
             if status.role is Role.STOPPED:
                 return
-
-
-def _hand_over_refused(election: Election, me: str, to: str) -> web.Response | None:
-    """Why ``resign?to=`` cannot hand this election over (docs/api.md); None if it can."""
-    if not to:
-        return None
-    if to == me:
-        return error(400, "bad_parameter", f"to names this node ({me}): name a standby")
-    if not election.hands_over:
-        message = f"election {election.name}: this backend has no standbys to hand over to"
-        return error(409, "no_standby", message)
-    status = election.status()
-    if status.role is not Role.LEADER:
-        leader = status.leader.node_id if status.leader else "unknown"
-        message = f"this node does not lead election {election.name} (leader: {leader})"
-        return error(409, "not_leader", message + ": ask the leader to hand over")
-    # A typo must not leave the election leaderless for a ttl: only a live standby qualifies.
-    standbys = election.members().standby_ids()
-    if to not in standbys:
-        listed = ", ".join(standbys) or "none"
-        message = f"{to} is not a live standby of election {election.name} (live: {listed})"
-        return error(409, "not_a_standby", message + "; see GET /members")
-    return None
 
 
 @functools.lru_cache(maxsize=16)

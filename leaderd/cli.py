@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from . import __version__, client, early_signals, jsonio, lean_imports, options
+from . import __version__, client, early_signals, handover_wait, jsonio, lean_imports, options
 from .config import Config, ConfigError, client_socket, listen_text, load
 
 EXIT_OK, EXIT_NOT_LEADER, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_UNKNOWN = 0, 1, 2, 3, 4
@@ -91,7 +91,8 @@ def _parser() -> argparse.ArgumentParser:
     resign.add_argument(
         "--to",
         metavar="NODE",
-        help="hand over to this standby: the lease is reserved for it for one ttl, then free",
+        help="hand over to this live standby (reserved for it for one ttl) and wait, up to "
+        "--timeout, until it leads",
     )
     resign.add_argument("--json", action="store_true", help="print the JSON answer")
     members = sub.add_parser("members", help="every member: role, address, last heard")
@@ -222,6 +223,16 @@ def _resign(args: argparse.Namespace) -> int:
         # 409: nothing to hand over from here (not the leader, or no standby can exist).
         failed = EXIT_NOT_LEADER if code == 409 else EXIT_USAGE
         return _fail(_error_message(body, path, args), failed, False)
+    if args.to:
+        try:
+            body = handover_wait.wait_until_leads(path, args.election, args.to, body, args.timeout)
+        except client.Unreachable as exc:
+            return _fail(exc, EXIT_UNREACHABLE, False)
+        except handover_wait.NotTaken as exc:
+            return _fail(exc, EXIT_NOT_LEADER, False)
+        if not args.json:
+            print(f"handed election {body['election']} over to {args.to}, term {body['term']}")
+            return EXIT_OK
     print(jsonio.dumps(body).decode() if args.json else _line(body))
     return EXIT_OK
 

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar
 
 from .backends.base import Backend, BackendError, Candidate, Grant, Lease, LeaseLost
-from .backends.records import HISTORY_RETENTION, EndReason, Member
+from .backends.records import HISTORY_RETENTION, LEFT_TTL, EndReason, Member
 from .clock import Clock, SystemClock
 from .election_state import MIN_DELAY, ElectionState, Note, Request, View
 from .events import Event, extra
@@ -351,10 +351,10 @@ class Election:
         if self.step_down_hook is not None:
             await self.step_down_hook(self.name)
         if self.state.maybe_held:  # a request whose answer never came may have changed it
-            held = await self._own_lease(default=held)
-        elif held is None and self.state.stopping and self._backend.grants:
-            # A release may grant us the lease as we stop: say we stand down, give back any.
-            held = await self._own_lease(default=None, withdraw=True)
+            held = await self._own_lease(default=held, leave=self.state.stopping)
+        elif held is None and self.state.stopping:
+            # Our last write leaves (a release may grant us the lease as we stop: give it back).
+            held = await self._own_lease(default=None, leave=True, brief=True)
         if held is None:
             return
         term, version = held
@@ -386,18 +386,22 @@ class Election:
         )
         if to:
             self.state.on_reserved(to, term)
+        if self.state.stopping:  # the release kept us listed: the last write leaves
+            await self._own_lease(default=None, leave=True, brief=True)
 
-    async def _own_lease(self, default: _Held, withdraw: bool = False) -> _Held:
+    async def _own_lease(self, default: _Held, leave: bool = False, brief: bool = False) -> _Held:
         """The term and version of the lease if the backend says this node holds it, None
-        if it does not; ``default`` if the backend cannot say. ``withdraw``: a stopping
-        standby's last heartbeat, which no longer campaigns, so no release grants it the
-        lease; brief, for a stop must not wait on a backend that is down."""
-        heard = (self.candidate, self.timing.ttl) if withdraw else ()
-        timeout = min(self.timing.retry_interval, 1.0) if withdraw else self.timing.renew_interval
+        if it does not; ``default`` if the backend cannot say. ``leave``: a stopping
+        node's last heartbeat, which no longer campaigns, so no release grants it the
+        lease, with ttl 0 so that it leaves the live members at once (no switchover picks
+        it). ``brief``: a stop must not wait long on a backend that is down."""
+        heard = (self.candidate, LEFT_TTL) if leave else ()
+        timeout = min(self.timing.retry_interval, 1.0) if brief else self.timing.renew_interval
         try:
             async with asyncio.timeout(timeout):
                 lease = await self._backend.observe(self.name, *heard)
-        except (BackendError, TimeoutError):
+        except (BackendError, TimeoutError) as exc:
+            log.debug("election %s: reading the lease as it ends failed: %r", self.name, exc)
             return default
         self.state.maybe_held = False
         return (lease.term, lease.version) if lease.held_by(self.candidate) else None

@@ -37,7 +37,7 @@ from .base import Backend, BackendError, BackendFatal, BackendUnavailable, Candi
 from .pgconn import Closer, connect, ensure_table, quote_literal_ms, request, rolled_back
 from .pglisten import Listener, notify_channel
 from .pgsettings import PgSettings
-from .records import EndReason, Tenure
+from .records import EndReason, Tenure, end_text
 
 __all__ = ["PostgresAdvisoryBackend", "advisory_key", "session_settings"]
 
@@ -179,7 +179,8 @@ class PostgresAdvisoryBackend(Backend):
             reservation = (reserve_for, float(ttl) if reserve_for else 0.0)
             release = self._sql["release"]
             # Committed before the lock is freed.
-            await conn.fetchval(release, *args, *reservation, reason.value, version)
+            ended = end_text(reason, reserve_for)
+            await conn.fetchval(release, *args, *reservation, ended, version)
             if holding:
                 await conn.fetchval(sql.UNLOCK, s.key)
 

@@ -35,7 +35,8 @@ Contract shared by every backend (the contract test suite checks it):
 * Every acquire-or-renew, and every observe that names a candidate, registers that candidate
   as a member (records.Member) in the same request, and the answer lists the election's
   members and names that heartbeat (``Lease.heartbeat``); members silent for PRUNE_AFTER_TTLS
-  of their ttl are deleted.
+  of their ttl are deleted. A stopping daemon's last observe names its candidate with
+  records.LEFT_TTL (0): it is stale at once, and the next request prunes it.
 * Only a request's own answer makes a leader: an answer served from what the backend already
   knew (a watch event) says so (``Lease.cached``) and names no heartbeat; a heartbeat written
   by an earlier request that failed is never named (docs/algorithm.md, "Only a request's own

@@ -53,7 +53,7 @@ from .etcd_state import int_of as _int
 from .etcd_state import revision_of as _revision
 from .etcd_state import when as _when
 from .etcd_watch import PrefixWatch
-from .records import EndReason, Member, Tenure
+from .records import EndReason, Member, Tenure, end_text
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +198,7 @@ class EtcdBackend(Backend):
         key = b64(self._key(election))
         success: list[dict[str, Any]] = [
             {"request_delete_range": {"key": key}},
-            self._keys(election).released(term, reason),
+            self._keys(election).released(term, end_text(reason, reserve_for)),
         ]
         if reserve_for:  # the reserved key lives under a lease of its own: one ttl
             granted = await self._grant_lease(ttl, _DEFAULT_TIMEOUT)

@@ -105,7 +105,7 @@ class Keys:
     def lost(self, term: int) -> dict[str, Any]:
         return _put(self.ended(term), {"end_reason": EndReason.LOST_BACKEND, "ended_at": None})
 
-    def released(self, term: int, reason: EndReason) -> dict[str, Any]:
+    def released(self, term: int, reason: str) -> dict[str, Any]:
         return _put(self.ended(term), {"end_reason": reason, "ended_at": now()})
 
     def began(self, me: Candidate, term: int, acquired_at: str) -> list[dict[str, Any]]:

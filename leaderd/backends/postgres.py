@@ -42,7 +42,7 @@ from .pgconn import (
 from .pglisten import Listener, notify_channel
 from .pgreservation import CLEAR, COLUMNS, RESERVE, lease_from_row, reservation_sql, reserved_sql
 from .pgsettings import PgSettings
-from .records import EndReason, Tenure
+from .records import EndReason, Tenure, end_text
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS {t} (
@@ -236,9 +236,10 @@ class PostgresLeaseBackend(Backend):
     ) -> None:
         me = candidate
         args = (election, me.node_id, me.instance, term, self._listener.channel)
-        reservation = (reserve_for, float(ttl) if reserve_for else 0.0)
+        ended = end_text(reason, reserve_for)
+        reservation = (reserve_for, float(ttl) if reserve_for else 0.0, ended)
         await self._request("releasing the lease", _DEFAULT_TIMEOUT, self._sql_release,
-                            *args, *reservation, reason.value, grant, version)  # fmt: skip
+                            *args, *reservation, grant, version)  # fmt: skip
 
     async def history(self, election: str, limit: int) -> list[Tenure]:
         doing = "reading the history"

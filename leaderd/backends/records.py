@@ -16,6 +16,9 @@ from enum import StrEnum
 PRUNE_AFTER_TTLS = 10
 # History records kept per election: the newest ones (a bounded table or key range).
 HISTORY_RETENTION = 100
+# The ttl of a stopping member's last heartbeat: it is stale at once, so no switchover picks
+# it, and pruned by the next request.
+LEFT_TTL = 0.0
 
 
 class EndReason(StrEnum):
@@ -23,6 +26,7 @@ class EndReason(StrEnum):
 
     RELEASED = "released"  # the holder released it (stop, or a command that exited)
     RESIGNED = "resigned"  # the holder released it on POST /resign
+    HANDED_OVER = "handed over to"  # ... NODE: released on POST /resign?to=NODE (a switchover)
     EXPIRED = "expired"  # it lapsed; its holder (or etcd's lessor) let it go by itself
     TAKEN_OVER = "taken over after expiry"  # another holder took the lapsed lease
     HOLDER_DIED = "holder died"  # its process died: the kernel freed its holder lock (SQLite)
@@ -59,6 +63,12 @@ class Tenure:
     acquired_at: dt.datetime | None
     ended_at: dt.datetime | None  # None while it lasts
     end_reason: str | None  # an EndReason value; None while it lasts
+
+
+def end_text(reason: EndReason, reserve_for: str) -> str:
+    """The end_reason a release records: a switchover names the node it reserved the lease
+    for ("handed over to NODE"); older records say "resigned"."""
+    return f"{EndReason.HANDED_OVER.value} {reserve_for}" if reserve_for else reason.value
 
 
 def end_of_acquisition(mine: bool, free: bool, lost: bool) -> EndReason:

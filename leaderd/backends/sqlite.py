@@ -39,7 +39,7 @@ from .base import (
     Lease,
     heard_in,
 )
-from .records import EndReason, Member, Tenure
+from .records import EndReason, Member, Tenure, end_text
 from .sqlite_driver import Row, fetch, number, translate, whole
 from .sqlite_host import (
     DirectoryLock,
@@ -257,7 +257,7 @@ class SQLiteBackend(Backend):
         granted = grant and sqlite_grant.grant(db, self.table, params)
         ended = granted or db.execute(RELEASE.format(table=self.table), params).rowcount > 0
         if ended:
-            records.released(db, self.table, params, reason)
+            records.released(db, self.table, params, end_text(reason, params["reserve_for"]))
         records.withdrawn(db, self.table, params)
         db.execute("COMMIT")
         self._proof.settle(params["election"], mine=not ended)  # a release that missed keeps it

@@ -172,9 +172,10 @@ def lost(db: sqlite3.Connection, table: str, election: str, me: Candidate, lost_
     db.execute(_LOST.format(table=table), params)
 
 
-def released(db: sqlite3.Connection, table: str, params: dict[str, Any], reason: EndReason) -> None:
-    """End the released term's record; ``params``: election, term, wall."""
-    db.execute(_RELEASED.format(table=table), {**params, "reason": reason.value})
+def released(db: sqlite3.Connection, table: str, params: dict[str, Any], reason: str) -> None:
+    """End the released term's record with ``reason`` (records.end_text); ``params``:
+    election, term, wall."""
+    db.execute(_RELEASED.format(table=table), {**params, "reason": reason})
 
 
 def granted(

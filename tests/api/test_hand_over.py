@@ -71,7 +71,8 @@ async def test_resign_to_a_node_that_is_no_live_standby_is_409_and_changes_nothi
     assert resp.status == 409
     error = (await resp.json())["error"]
     assert error["code"] == "not_a_standby"
-    assert "(live: node-b, node-c)" in error["message"]
+    assert "has stopped or is not a member" in error["message"]
+    assert "live standbys: node-b, node-c)" in error["message"]
     assert a.elections["default"].status().is_leader
     assert a.elections["default"].state.epoch == 0  # a refused request does not resign
 
@@ -90,6 +91,26 @@ async def test_resign_to_on_a_follower_is_409_not_leader(
     assert error["code"] == "not_leader" and "(leader: node-a)" in error["message"]
     assert a.elections["default"].status().is_leader
     assert b.elections["default"].state.epoch == 0  # a refused request does not resign
+
+
+async def test_plain_resign_on_a_follower_is_409_unless_a_cooldown_is_given(
+    api: Any, make_node: Any, tmp_path: Path
+) -> None:
+    """Nothing to resign: the follower's cooldown is left alone; an explicit cooldown keeps
+    it out of the election for that long (maintenance)."""
+    url = f"sqlite://{tmp_path}/leaderd.db"
+    a = await make_node(backend=SQLiteBackend.from_url(url), node_id="node-a")
+    await eventually(lambda: a.elections["default"].status().is_leader)
+    b, client = await api(backend=SQLiteBackend.from_url(url), node_id="node-b")
+    await eventually(lambda: b.elections["default"].status().leader is not None)
+    resp = await client.post("/resign")
+    assert resp.status == 409
+    error = (await resp.json())["error"]
+    assert error["code"] == "not_leader" and error["message"].endswith(": nothing to resign")
+    assert b.elections["default"].state.epoch == 0
+    resp = await client.post("/resign?cooldown=60")
+    assert resp.status == 200
+    assert b.elections["default"].state.epoch == 1
 
 
 async def test_resign_to_on_static_is_409_no_standby(api: Any) -> None:

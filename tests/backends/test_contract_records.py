@@ -7,9 +7,15 @@ import asyncio
 
 from leaderd import __version__
 from leaderd.backends import Backend, Candidate, Lease
-from leaderd.backends.records import HISTORY_RETENTION, PRUNE_AFTER_TTLS, EndReason, Member
+from leaderd.backends.records import (
+    HISTORY_RETENTION,
+    LEFT_TTL,
+    PRUNE_AFTER_TTLS,
+    EndReason,
+    Member,
+)
 
-from .conftest import EXPIRY, LONG_TTL, SHORT_TTL, Store
+from .conftest import EXPIRY, HANDOVER, LONG_TTL, SHORT_TTL, Store
 from .test_contract import TIMEOUT, TWIN, A, B, C, E, acquire, held, take_over
 
 
@@ -72,6 +78,31 @@ async def test_a_silent_member_ages_past_its_ttl_and_is_pruned(store: Store) -> 
     await asyncio.sleep(SHORT_TTL * PRUNE_AFTER_TTLS)
     await acquire(a, A)  # the request that prunes it
     assert set(listed(await acquire(a, A))) == {(A.node_id, A.instance)}
+
+
+async def test_a_member_heard_with_ttl_0_is_stale_at_once_and_pruned(store: Store) -> None:
+    """A stopping daemon's last heartbeat (LEFT_TTL): no member list shows it live after."""
+    store.require(EXPIRY)  # static: one process, it cannot leave while another looks
+    a, b = await store.new(), await store.new()
+    await held(a, A)
+    await follow(b, B)
+    await b.observe(E, B, LEFT_TTL)
+    left = listed(await a.observe(E)).get((B.node_id, B.instance))  # etcd prunes it at once
+    assert left is None or (left.ttl == LEFT_TTL and left.heard_ago >= left.ttl), left
+    await acquire(a, A)  # the request that prunes it
+    assert set(listed(await acquire(a, A))) == {(A.node_id, A.instance)}
+
+
+async def test_history_names_the_standby_a_switchover_went_to(store: Store) -> None:
+    store.require(HANDOVER)
+    a, b = await store.new(), await store.new()
+    first = await held(a, A)
+    await a.release(E, A, first.term, EndReason.RESIGNED, reserve_for=B.node_id, ttl=LONG_TTL)
+    second = await held(b, B)
+    assert reasons(await a.history(E, 10)) == [
+        (second.term, B.node_id, None),
+        (first.term, A.node_id, f"handed over to {B.node_id}"),
+    ]
 
 
 def reasons(records: list[object]) -> list[tuple[int, str, str | None]]:

@@ -19,6 +19,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL_HINT = "run .ci/install-deploy-tools.sh"
+# The pinned, hashed requirements the image installs (packaging/lock.sh writes them).
+IMAGE_LOCKS = ("packaging/requirements.lock", "packaging/build.lock")
 
 
 def require(tool: str) -> str:
@@ -64,7 +66,8 @@ def run(
 def source_copy(dest: Path) -> Path:
     """What a build needs (the Docker build context): pyproject, README, the package."""
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    (dest / "packaging").mkdir(exist_ok=True)
+    for name in ("pyproject.toml", "README.md", "LICENSE", *IMAGE_LOCKS):
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, dest / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")

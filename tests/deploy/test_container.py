@@ -13,11 +13,12 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
-from ._tools import ROOT, project_version, require, run, source_copy
+from ._tools import IMAGE_LOCKS, ROOT, project_version, require, run, source_copy
 
 # The container recipe's build step has its own 600 s timeout.
 pytestmark = [pytest.mark.deploy, pytest.mark.timeout(900)]
@@ -136,3 +137,50 @@ def test_image_venv_daemon_checks_its_config(image_venv: Path, tmp_path: Path) -
              "RUNTIME_DIRECTORY": str(tmp_path), "LEADERD_CONFIG": os.devnull},
     )  # fmt: skip
     assert "config ok" in done.stdout
+
+
+def locked(path: Path) -> dict[str, tuple[str, list[str]]]:
+    """name -> (pinned version, sha256 hashes) of a pip-compile --generate-hashes file."""
+    text = re.sub(r"\\\n", " ", path.read_text())
+    found = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        requirement, *options = line.split(" --hash=")
+        name, _, version = requirement.split(";")[0].strip().partition("==")
+        found[name.lower()] = (version, [o.strip() for o in options])
+    return found
+
+
+@pytest.mark.parametrize("lock", IMAGE_LOCKS)
+def test_image_locks_pin_every_package_with_hashes(lock: str) -> None:
+    packages = locked(ROOT / lock)
+    assert packages, f"{lock} pins nothing"
+    for name, (version, hashes) in packages.items():
+        assert re.fullmatch(r"[0-9][0-9A-Za-z.+!-]*", version), f"{lock}: {name} is not pinned"
+        assert hashes and all(h.startswith("sha256:") for h in hashes), f"{lock}: {name}"
+
+
+def test_image_lock_covers_the_declared_dependencies() -> None:
+    """pyproject's dependencies and build requirements are each in their lock (after a
+    change there, run packaging/lock.sh)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    for names, lock in (
+        (project["project"]["dependencies"], "packaging/requirements.lock"),
+        (project["build-system"]["requires"], "packaging/build.lock"),
+    ):
+        wanted = {re.split(r"[<>=;\[ ]", n, maxsplit=1)[0].lower() for n in names}
+        assert wanted <= set(locked(ROOT / lock)), (lock, wanted - set(locked(ROOT / lock)))
+
+
+def test_builder_installs_only_hashed_locked_packages() -> None:
+    builder = [rest for stage, word, rest in instructions() if stage == 0 and word == "RUN"]
+    pips = [p for rest in builder for p in rest.split("&&") if " pip " in p and "check" not in p]
+    for pip in pips:
+        if "-r " in pip:
+            assert "--require-hashes" in pip, pip
+        else:  # leaderd's own wheel, from this source, and nothing it depends on
+            assert "--no-deps" in pip, pip
+    lines = (ROOT / ".dockerignore").read_text().splitlines()
+    assert all(f"!{lock}" in lines for lock in IMAGE_LOCKS)

@@ -206,6 +206,10 @@ def test_a_stopped_chosen_standby_delays_the_failover_by_one_ttl(trio: list[Daem
     switchover.fails_over_after_one_ttl_when_the_chosen_standby_is_stopped(trio, TTL)
 
 
+def test_resign_to_a_standby_that_stopped_is_refused(trio: list[Daemon]) -> None:
+    switchover.refuses_a_standby_that_stopped(trio, TTL)
+
+
 def test_sigterm_grants_the_key_to_a_standby_that_leads_without_a_write(
     etcd: EtcdCluster, trio: list[Daemon]
 ) -> None:

@@ -207,6 +207,10 @@ def test_a_stopped_chosen_standby_delays_the_failover_by_one_ttl(cluster: list[D
     switchover.fails_over_after_one_ttl_when_the_chosen_standby_is_stopped(cluster, TTL)
 
 
+def test_resign_to_a_standby_that_stopped_is_refused(cluster: list[Daemon]) -> None:
+    switchover.refuses_a_standby_that_stopped(cluster, TTL)
+
+
 def lease_cluster(pg: PgServer) -> contextlib.AbstractContextManager[list[Daemon]]:
     return running(pg.dsn(PASSWORD_USER, PASSWORD, scheme="postgresql", table=unique("g")))
 
