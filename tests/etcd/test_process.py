@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import signal
 import subprocess
 import time
@@ -265,7 +266,20 @@ def revoke_the_leaders_lease(etcd: EtcdCluster, trio: list[Daemon]) -> tuple[str
         what="a leader of a later term",
     )[0]
     said = f"stepping down from election default, term {before}: etcd deleted the leader key"
-    return logged_at(leader, said), logged_at(new, f"acquired election default, term {before + 1}")
+    assert term_of(new) > before
+    return logged_at(leader, said), first_acquisition_after(trio, before)
+
+
+def first_acquisition_after(trio: list[Daemon], term: int) -> str:
+    """The timestamp of the first acquisition of a term above ``term`` that any daemon
+    logged ("" if none): the next term may be the old holder's own, or not ``term + 1``."""
+    found = []
+    for daemon in trio:
+        for line in daemon.log().splitlines():
+            match = re.search(r"acquired election default, term (\d+)", line)
+            if match and int(match.group(1)) > term:
+                found.append(line.split(" ", 1)[0])
+    return min(found, default="")
 
 
 def logged_at(daemon: Daemon, sentence: str) -> str:
