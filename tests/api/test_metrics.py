@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from leaderd import __version__
 from leaderd.backends.base import BackendFatal, BackendUnavailable, Candidate
-from leaderd.backends.sqlite import SQLiteBackend
+from leaderd.backends.sqlite.backend import SQLiteBackend
 from leaderd.backends.static import StaticBackend
 from leaderd.metrics import MeteredBackend, Metrics
 

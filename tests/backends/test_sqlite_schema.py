@@ -6,8 +6,8 @@ import sqlite3
 from pathlib import Path
 
 from leaderd.backends import Candidate
-from leaderd.backends.sqlite import SQLiteBackend
-from leaderd.backends.sqlite_schema import SCHEMA_VERSION
+from leaderd.backends.sqlite.backend import SQLiteBackend
+from leaderd.backends.sqlite.schema import SCHEMA_VERSION
 
 from .conftest import ELECTIONS, LONG_TTL
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from leaderd.backends import BackendUnavailable, Candidate
-from leaderd.backends.postgres import PostgresLeaseBackend
+from leaderd.backends.postgres.lease import PostgresLeaseBackend
 from tests.pgserver import PgServer
 from tests.postgres.helpers import Stopwatch, admin, opened, unique, until
 

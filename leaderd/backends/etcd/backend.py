@@ -17,9 +17,9 @@
 * An expired key is gone, so etcd reports the election free and a standby acquires at once.
   The lessor runs on the etcd leader's monotonic clock, which no wall-clock step moves, and a
   present key is never taken over: ``takeover`` is not needed (docs/algorithm.md, docs/etcd.md).
-* Standbys wake on an etcd watch of the prefix (etcd_watch.py) and keep a lease granted in
+* Standbys wake on an etcd watch of the prefix (watch.py) and keep a lease granted in
   advance (a spare), which they offer in a candidate key: a graceful release puts the key
-  under the freshest candidate's spare with the next term (etcd_grant.py), and that standby
+  under the freshest candidate's spare with the next term (grant.py), and that standby
   leads on the watch event alone. A hand-over is one transaction and one watch event.
 """
 
@@ -37,23 +37,23 @@ from typing import Any
 
 import orjson
 
-from ..clock import boottime
-from .base import Backend, BackendError, BackendUnavailable, Candidate, Grant, Lease, LeaseLost
-from .etcd_gateway import EtcdClient, EtcdError, EtcdSettings, b64, prefix_end, unb64
-from .etcd_grant import Offers, grant_txn, successor
-from .etcd_records import Keys, MemberClock, now, tenures
-from .etcd_state import TEND as _TEND
-from .etcd_state import Ask, kept_in, reservation
-from .etcd_state import Holder as _Holder
-from .etcd_state import Spare as _Spare
-from .etcd_state import State as _State
-from .etcd_state import compare as _compare
-from .etcd_state import holder_of as _holder
-from .etcd_state import int_of as _int
-from .etcd_state import revision_of as _revision
-from .etcd_state import when as _when
-from .etcd_watch import PrefixWatch
-from .records import EndReason, Member, Tenure
+from ...clock import boottime
+from ..base import Backend, BackendError, BackendUnavailable, Candidate, Grant, Lease, LeaseLost
+from ..records import EndReason, Member, Tenure
+from .gateway import EtcdClient, EtcdError, EtcdSettings, b64, prefix_end, unb64
+from .grant import Offers, grant_txn, successor
+from .records import Keys, MemberClock, now, tenures
+from .state import TEND as _TEND
+from .state import Ask, kept_in, reservation
+from .state import Holder as _Holder
+from .state import Spare as _Spare
+from .state import State as _State
+from .state import compare as _compare
+from .state import holder_of as _holder
+from .state import int_of as _int
+from .state import revision_of as _revision
+from .state import when as _when
+from .watch import PrefixWatch
 
 log = logging.getLogger(__name__)
 
@@ -232,7 +232,7 @@ class EtcdBackend(Backend):
         self._spares.clear()
         await self._etcd.close()
 
-    # ---- the one-write hand-over (etcd_grant.py) --------------------------------------------
+    # ---- the one-write hand-over (grant.py) --------------------------------------------
 
     async def _grant_successor(
         self, election: str, state: _State, reason: EndReason, ttl: float
@@ -459,7 +459,7 @@ class EtcdBackend(Backend):
 
     def _offer(self, ask: Ask, spare: _Spare | None) -> list[dict[str, Any]]:
         """Withdraw the candidacy when not campaigning; offer a spare the candidate key does
-        not name yet, kept alive by a known round (etcd_grant.py)."""
+        not name yet, kept alive by a known round (grant.py)."""
         me, keys = ask.me, self._keys(ask.election)
         if not ask.campaigning:
             return [keys.withdraw(me)]

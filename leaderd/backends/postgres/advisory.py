@@ -29,15 +29,15 @@ from typing import Any
 
 import asyncpg
 
-from ..clock import boottime
+from ...clock import boottime
+from ..base import Backend, BackendError, BackendFatal, BackendUnavailable, Candidate, Lease
+from ..records import EndReason, Tenure
 from . import advisory_sql as sql
-from . import pg_records as records
+from . import records
 from .advisory_sql import advisory_key, session_settings
-from .base import Backend, BackendError, BackendFatal, BackendUnavailable, Candidate, Lease
-from .pgconn import Closer, connect, ensure_table, quote_literal_ms, request, rolled_back
-from .pglisten import Listener, notify_channel
-from .pgsettings import PgSettings
-from .records import EndReason, Tenure
+from .conn import Closer, connect, ensure_table, quote_literal_ms, request, rolled_back
+from .listen import Listener, notify_channel
+from .settings import PgSettings
 
 __all__ = ["PostgresAdvisoryBackend", "advisory_key", "session_settings"]
 
@@ -272,7 +272,7 @@ class PostgresAdvisoryBackend(Backend):
     async def _plan(self, s: _Session, ask: _Ask) -> None:
         """Run the claim, the reads and the release once, in a transaction rolled back,
         before the session first waits in the lock queue. The server plans them now (the
-        session's plan_cache_mode keeps generic plans, pgconn.py) and loads their catalog
+        session's plan_cache_mode keeps generic plans, conn.py) and loads their catalog
         caches: the claim after a grant and the release took 2-8 ms more on the hand-over's
         path without it. Nothing it does outlives the rollback: it takes no advisory lock
         (the claim only reads pg_locks) and the release names term -1, which no row has."""

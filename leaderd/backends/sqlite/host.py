@@ -25,7 +25,7 @@ import os
 import sqlite3
 from dataclasses import dataclass
 
-from .base import BackendFatal, LeaseLost
+from ..base import BackendFatal, LeaseLost
 
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 MOUNTINFO = "/proc/self/mountinfo"

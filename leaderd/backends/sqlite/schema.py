@@ -8,8 +8,8 @@ from contextlib import suppress
 
 import aiosqlite
 
-from ..clock import boottime, suspended_for, wall_time
-from . import sqlite_records
+from ...clock import boottime, suspended_for, wall_time
+from . import records as sqlite_records
 
 SCHEMA_VERSION = 3
 

@@ -5,8 +5,8 @@ WAL mode with ``synchronous=FULL`` so a granted term survives power loss. Expiry
 this host's CLOCK_BOOTTIME (the clock the engine self-fences on: it never steps and counts
 suspend) plus the kernel boot id stored in the row. A row written under another boot id is
 never live, but never free either: like any unreleased lease it is taken over only when the
-engine names the version it watched for one ttl. sqlite_host.py holds the guards that keep
-the file to one host; sqlite_wake.py how standbys hear a commit. See docs/sqlite.md.
+engine names the version it watched for one ttl. host.py holds the guards that keep
+the file to one host; wake.py how standbys hear a commit. See docs/sqlite.md.
 """
 
 from __future__ import annotations
@@ -25,10 +25,8 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from ..clock import boottime, wall_time
-from . import sqlite_grant
-from . import sqlite_records as records
-from .base import (
+from ...clock import boottime, wall_time
+from ..base import (
     Backend,
     BackendError,
     BackendFatal,
@@ -38,8 +36,10 @@ from .base import (
     Lease,
     heard_in,
 )
-from .records import EndReason, Member, Tenure
-from .sqlite_host import (
+from ..records import EndReason, Member, Tenure
+from . import grant as sqlite_grant
+from . import records
+from .host import (
     DirectoryLock,
     FileIdentity,
     ForeignWriters,
@@ -47,9 +47,9 @@ from .sqlite_host import (
     persist_wal,
     refuse_shared_filesystem,
 )
-from .sqlite_records import iso
-from .sqlite_schema import CAS, RELEASE, SELECT, prepare
-from .sqlite_wake import CommitWatcher
+from .records import iso
+from .schema import CAS, RELEASE, SELECT, prepare
+from .wake import CommitWatcher
 
 log = logging.getLogger(__name__)
 
