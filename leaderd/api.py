@@ -352,7 +352,7 @@ def _hand_over_refused(election: Election, me: str, to: str) -> web.Response | N
         return None
     if to == me:
         return error(400, "bad_parameter", f"to names this node ({me}): name a standby")
-    if not election.hands_over:
+    if not election.reserves:
         message = f"election {election.name}: this backend has no standbys to hand over to"
         return error(409, "no_standby", message)
     status = election.status()

@@ -20,7 +20,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar
 
-from .backends.base import Backend, BackendError, Candidate, Grant, Lease, LeaseLost
+from .backends.base import Backend, BackendError, Candidate, Capability, Grant, Lease, LeaseLost
 from .backends.records import HISTORY_RETENTION, EndReason, Member
 from .clock import Clock, SystemClock
 from .election_state import MIN_DELAY, ElectionState, Note, Request, View
@@ -155,9 +155,13 @@ class Election:
     # ---- actions ----
 
     @property
-    def hands_over(self) -> bool:
+    def _grants(self) -> bool:
+        return Capability.GRANTS in self._backend.capabilities
+
+    @property
+    def reserves(self) -> bool:
         """Whether the backend can reserve the lease for a chosen standby."""
-        return self._backend.hands_over
+        return Capability.RESERVES in self._backend.capabilities
 
     def resign(self, cooldown: float, to: str = "") -> None:
         """Stop leading now, release at the loop's next turn (reserved for node id ``to``
@@ -352,7 +356,7 @@ class Election:
             await self.step_down_hook(self.name)
         if self.state.maybe_held:  # a request whose answer never came may have changed it
             held = await self._own_lease(default=held)
-        elif held is None and self.state.stopping and self._backend.grants:
+        elif held is None and self.state.stopping and self._grants:
             # A release may grant us the lease as we stop: say we stand down, give back any.
             held = await self._own_lease(default=None, withdraw=True)
         if held is None:
@@ -360,7 +364,7 @@ class Election:
         term, version = held
         release = self._backend.release(
             self.name, self.candidate, term, reason, reserve_for=to, ttl=self.timing.ttl,
-            grant=not to and self._backend.grants, version=version,
+            grant=not to and self._grants, version=version,
         )  # fmt: skip
         try:
             # A timeout block, not wait_for: the release starts now, not a loop turn later.

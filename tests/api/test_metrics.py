@@ -152,7 +152,7 @@ async def test_metered_backend_counts_errors_and_passes_through() -> None:
     assert isinstance(backend, MeteredBackend)
     assert backend.kind == "static"
     assert backend.description == "static://"
-    assert backend.failures is inner.failures  # other attributes read through
+    assert backend.capabilities is inner.capabilities
     await backend.open(["default"])
     for expected in (BackendUnavailable, BackendFatal, BackendUnavailable):
         with pytest.raises(expected):

@@ -7,9 +7,10 @@ import asyncio
 
 from leaderd import __version__
 from leaderd.backends import Backend, Candidate, Lease
+from leaderd.backends.base import Capability
 from leaderd.backends.records import HISTORY_RETENTION, PRUNE_AFTER_TTLS, EndReason, Member
 
-from .conftest import EXPIRY, LONG_TTL, SHORT_TTL, Store
+from .conftest import LONG_TTL, SHORT_TTL, Store
 from .test_contract import TIMEOUT, TWIN, A, B, C, E, acquire, held, take_over
 
 
@@ -62,7 +63,7 @@ async def test_a_node_id_in_two_processes_is_two_members(store: Store) -> None:
 
 
 async def test_a_silent_member_ages_past_its_ttl_and_is_pruned(store: Store) -> None:
-    store.require(EXPIRY)  # static: one process, nobody else to fall silent
+    store.require(Capability.EXPIRES)  # static: one process, nobody else to fall silent
     a, b = await store.new(), await store.new()
     await held(a, A)
     await follow(b, B, ttl=SHORT_TTL)

@@ -24,6 +24,7 @@ from leaderd.backends.base import (
     Backend,
     BackendUnavailable,
     Candidate,
+    Capabilities,
     Grant,
     Lease,
     heard_in,
@@ -185,6 +186,7 @@ class RowBackend(Backend):
     """One daemon's backend over a RowServer: requests travel its Link, with its faults."""
 
     kind = "model-row"
+    capabilities = Capabilities()
 
     def __init__(self, server: RowServer, link: Link) -> None:
         self.server = server
@@ -200,10 +202,6 @@ class RowBackend(Backend):
     @property
     def description(self) -> str:
         return "model-row://"
-
-    @property
-    def grants(self) -> bool:
-        return True
 
     async def open(self, elections: Sequence[str]) -> None:
         return None

@@ -38,7 +38,17 @@ from typing import Any
 import orjson
 
 from ...clock import boottime
-from ..base import Backend, BackendError, BackendUnavailable, Candidate, Grant, Lease, LeaseLost
+from ..base import (
+    Backend,
+    BackendError,
+    BackendUnavailable,
+    Candidate,
+    Capabilities,
+    Capability,
+    Grant,
+    Lease,
+    LeaseLost,
+)
 from ..records import EndReason, Member, Tenure
 from .gateway import EtcdClient, EtcdError, EtcdSettings, b64, prefix_end, unb64
 from .grant import Offers, grant_txn, successor
@@ -64,6 +74,14 @@ _LESSOR_SWEEP = 0.5  # how often etcd's lessor deletes the keys of expired lease
 
 class EtcdBackend(Backend):
     kind = "etcd"
+    capabilities = Capabilities(
+        {
+            Capability.TAKEOVER: "etcd's lessor deletes an expired key: it is then free, never "
+            "an expired lease to take over by its version",
+            Capability.VERSIONED_RELEASE: "a keepalive does not move the key's mod revision; "
+            "the engine never leads on a term whose release is in doubt (docs/etcd.md)",
+        }
+    )
 
     def __init__(self, settings: EtcdSettings) -> None:
         self._settings = settings
@@ -84,10 +102,6 @@ class EtcdBackend(Backend):
         self._last_heard_at = dt.datetime.min.replace(tzinfo=dt.UTC)
         self._me: dict[str, Candidate] = {}  # who asks, by election: whom a grant is for
         self._offers = Offers()
-
-    @property
-    def grants(self) -> bool:
-        return True
 
     @classmethod
     def from_url(cls, url: str) -> EtcdBackend:

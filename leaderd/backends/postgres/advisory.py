@@ -30,7 +30,16 @@ from typing import Any
 import asyncpg
 
 from ...clock import boottime
-from ..base import Backend, BackendError, BackendFatal, BackendUnavailable, Candidate, Lease
+from ..base import (
+    Backend,
+    BackendError,
+    BackendFatal,
+    BackendUnavailable,
+    Candidate,
+    Capabilities,
+    Capability,
+    Lease,
+)
 from ..records import EndReason, Tenure
 from . import advisory_sql as sql
 from . import records
@@ -92,9 +101,25 @@ class _Ask:
 
 class PostgresAdvisoryBackend(Backend):
     kind = "postgresql+advisory"
+    capabilities = Capabilities(
+        {
+            Capability.TTL_LEFT: "an advisory lock held by a live session has no expiry time",
+            Capability.GRANTS: "the lock is the lease: no row write can pass it to a standby",
+        }
+    )
+    _IMMEDIATE = Capabilities(
+        {
+            **capabilities.lacks,
+            Capability.TAKEOVER: "takeover=immediate: a session's end frees the lock",
+            Capability.VERSIONED_RELEASE: "takeover=immediate: a release frees the lock "
+            "whatever the row says; it runs on the lock's own session, after every renewal",
+        }
+    )
 
     def __init__(self, settings: PgSettings) -> None:
         self._pg = settings
+        if settings.takeover == "immediate":
+            self.capabilities = self._IMMEDIATE
         tables = records.tables(settings)
         self._sql = sql.statements(settings.qualified_table, tables, settings.takeover)
         self._sessions: dict[str, _Session] = {}

@@ -27,7 +27,7 @@ from typing import Any
 
 import asyncpg
 
-from ..base import Backend, BackendUnavailable, Candidate, Grant, Lease, heard_in
+from ..base import Backend, BackendUnavailable, Candidate, Capabilities, Grant, Lease, heard_in
 from ..records import EndReason, Tenure
 from . import records
 from .conn import (
@@ -153,6 +153,7 @@ _CLOSED = (asyncpg.ConnectionDoesNotExistError, ConnectionResetError, BrokenPipe
 
 class PostgresLeaseBackend(Backend):
     kind = "postgresql"
+    capabilities = Capabilities()
 
     def __init__(self, settings: PgSettings) -> None:
         self._pg = settings
@@ -173,10 +174,6 @@ class PostgresLeaseBackend(Backend):
     @property
     def description(self) -> str:
         return self._pg.description
-
-    @property
-    def grants(self) -> bool:
-        return True
 
     @property
     def listening(self) -> bool:

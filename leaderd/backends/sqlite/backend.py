@@ -32,6 +32,7 @@ from ..base import (
     BackendFatal,
     BackendUnavailable,
     Candidate,
+    Capabilities,
     Grant,
     Lease,
     heard_in,
@@ -71,6 +72,7 @@ class SQLiteBackend(Backend):
     """Lease rows in one SQLite file; every daemon on the host opens the same file."""
 
     kind = "sqlite"
+    capabilities = Capabilities()
 
     def __init__(
         self,
@@ -117,10 +119,6 @@ class SQLiteBackend(Backend):
     @property
     def description(self) -> str:
         return f"sqlite://{self.path}?table={self.table}"
-
-    @property
-    def grants(self) -> bool:
-        return True
 
     async def open(self, elections: Sequence[str]) -> None:
         self._closed = False
