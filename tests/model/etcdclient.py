@@ -20,6 +20,7 @@ from leaderd.backends.base import Candidate
 from leaderd.backends.etcd import backend as etcd
 from leaderd.backends.etcd import records as etcd_records
 from leaderd.backends.etcd import state as etcd_state
+from leaderd.backends.etcd import view as etcd_view
 from leaderd.backends.etcd import watch as etcd_watch
 from leaderd.backends.etcd.gateway import EtcdClient, EtcdSettings
 
@@ -115,7 +116,7 @@ class EtcdWorld:
     def installed(self) -> Iterator[None]:
         """Heartbeat stamps on the host's wall clock; the watch's back-off seeded."""
         with contextlib.ExitStack() as stack:
-            for module in (etcd, etcd_records):
+            for module in (etcd, etcd_view, etcd_records):
                 if hasattr(module, "now"):
                     stack.enter_context(mock.patch.object(module, "now", _stamp))
             stack.enter_context(mock.patch.object(etcd_watch, "random", self._rng))
