@@ -6,22 +6,21 @@ this host's CLOCK_BOOTTIME (the clock the engine self-fences on: it never steps 
 suspend) plus the kernel boot id stored in the row. A row written under another boot id is
 never live, but never free either: like any unreleased lease it is taken over only when the
 engine names the version it watched for one ttl. host.py holds the guards that keep
-the file to one host; wake.py how standbys hear a commit. See docs/sqlite.md.
+the file to one host; wake.py how standbys hear a commit; rows.py reads the row;
+boundary.py runs one request and translates its errors; url.py parses the URL. See
+docs/sqlite.md.
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import os
-import re
 import sqlite3
-import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 import aiosqlite
 
@@ -40,6 +39,7 @@ from ..base import (
 from ..records import EndReason, Member, Tenure
 from . import grant as sqlite_grant
 from . import records
+from .boundary import Run, T, translate, whole
 from .host import (
     DirectoryLock,
     FileIdentity,
@@ -49,23 +49,12 @@ from .host import (
     refuse_shared_filesystem,
 )
 from .records import iso
+from .rows import Row, fetch, holding, lease_of
 from .schema import CAS, RELEASE, SELECT, prepare
+from .url import DEFAULT_BUSY_TIMEOUT_MS, DEFAULT_POLL_INTERVAL_MS, DEFAULT_TABLE, parse_url
 from .wake import CommitWatcher
 
 log = logging.getLogger(__name__)
-
-_DEFAULT_TABLE = "leaderd_lease"
-_DEFAULT_BUSY_TIMEOUT_MS = 5000
-_DEFAULT_POLL_INTERVAL_MS = 3.0
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-# Primary result codes that may clear by themselves; any other database error is fatal.
-_TRANSIENT_CODES = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR}
-_TRANSIENT_CODES |= {sqlite3.SQLITE_FULL, sqlite3.SQLITE_PROTOCOL, sqlite3.SQLITE_INTERRUPT}
-
-_Row = tuple[str | None, str, str, int, str | None, str, float, int, str | None, float]
-T = TypeVar("T")
-# One request: a function of the sqlite3 connection, run whole in the connection's thread.
-Run = Callable[..., Awaitable[Any]]
 
 
 class SQLiteBackend(Backend):
@@ -77,9 +66,9 @@ class SQLiteBackend(Backend):
     def __init__(
         self,
         path: str,
-        table: str = _DEFAULT_TABLE,
-        busy_timeout_ms: int = _DEFAULT_BUSY_TIMEOUT_MS,
-        poll_interval_ms: float = _DEFAULT_POLL_INTERVAL_MS,
+        table: str = DEFAULT_TABLE,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        poll_interval_ms: float = DEFAULT_POLL_INTERVAL_MS,
     ) -> None:
         self.path = path
         self.table = table
@@ -100,21 +89,7 @@ class SQLiteBackend(Backend):
 
     @classmethod
     def from_url(cls, url: str) -> SQLiteBackend:
-        parts = urllib.parse.urlsplit(url)
-        usage = "expected sqlite:///abs/path.db or sqlite:rel/path.db"
-        if parts.scheme.lower() != "sqlite" or parts.netloc or parts.fragment or not parts.path:
-            raise BackendFatal(f"bad SQLite URL {url!r}: {usage}")
-        path = os.path.abspath(urllib.parse.unquote(parts.path))
-        options = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
-        unknown = set(options) - {"table", "busy_timeout_ms", "poll_interval_ms"}
-        if unknown:
-            raise BackendFatal(f"unknown SQLite URL option(s) {sorted(unknown)} in {url!r}")
-        table = options.get("table", _DEFAULT_TABLE)
-        if not _IDENTIFIER.fullmatch(table):
-            raise BackendFatal(f"SQLite table name {table!r} must be a plain identifier")
-        busy = _number(options, "busy_timeout_ms", _DEFAULT_BUSY_TIMEOUT_MS, 0, 3_600_000)
-        poll = _number(options, "poll_interval_ms", _DEFAULT_POLL_INTERVAL_MS, 0.5, 1000)
-        return cls(path, table, int(busy), poll)
+        return cls(*parse_url(url))
 
     @property
     def description(self) -> str:
@@ -138,12 +113,12 @@ class SQLiteBackend(Backend):
 
     def _heard(
         self, db: sqlite3.Connection, election: str, me: Candidate, ttl: float
-    ) -> tuple[_Row | None, float, tuple[Member, ...]]:
+    ) -> tuple[Row | None, float, tuple[Member, ...]]:
         """A cooling-down candidate's read, with its heartbeat: one transaction, one hop."""
         db.execute("BEGIN IMMEDIATE")
         now = boottime()
         records.heard(db, self.table, election, me, self._clock(now, ttl), campaigning=False)
-        row = _fetch(db, self._select, election)
+        row = fetch(db, self._select, election)
         members = records.members(db, self.table, election, self._boot_id, now)
         db.execute("COMMIT")
         return row, now, members
@@ -177,13 +152,13 @@ class SQLiteBackend(Backend):
 
     def _claim(
         self, db: sqlite3.Connection, ask: dict[str, Any], me: Candidate
-    ) -> tuple[_Row | None, float, tuple[Member, ...]]:
+    ) -> tuple[Row | None, float, tuple[Member, ...]]:
         """The compare-and-set, the member's heartbeat and the history record, in the
         connection's thread: one transaction, one hop."""
         election = ask["election"]
         db.execute("BEGIN IMMEDIATE")
         now = boottime()  # read under the write lock: no one can commit in between
-        before = _fetch(db, self._select, election)
+        before = fetch(db, self._select, election)
         self._check_foreign(election, before)
         wall = wall_time()
         db.execute(
@@ -197,7 +172,7 @@ class SQLiteBackend(Backend):
                 "expires": now + ask["ttl"],
             },
         )
-        row = _fetch(db, self._select, election)
+        row = fetch(db, self._select, election)
         records.heard(db, self.table, election, me, self._clock(now, ask["ttl"]), campaigning=True)
         records.began(db, self.table, election, me, (before, row), (wall, now, self._boot_id))
         if ask["lost_term"]:
@@ -260,9 +235,9 @@ class SQLiteBackend(Backend):
                 changed = self._commits.changed  # taken before the read: no commit slips by
                 await self._commits.arm()
                 lease, granted = await self._look_for_grant(election, deadline)
-                if seen is not None and _holding(lease) != seen[0]:
+                if seen is not None and holding(lease) != seen[0]:
                     return granted
-                seen = seen or (_holding(lease), None)
+                seen = seen or (holding(lease), None)
                 remaining = deadline - boottime()
                 if remaining <= 0:
                     return None
@@ -286,7 +261,7 @@ class SQLiteBackend(Backend):
 
     def _look_granted(
         self, db: sqlite3.Connection, election: str, me: Candidate | None
-    ) -> tuple[_Row | None, float, sqlite_grant.Heartbeat | None]:
+    ) -> tuple[Row | None, float, sqlite_grant.Heartbeat | None]:
         db.execute("BEGIN")  # one snapshot: the lease row and the heartbeat it names
         row, now, _ = self._look(db, election, False)
         heard = None if me is None else sqlite_grant.heartbeat(db, self.table, election, me)
@@ -322,8 +297,8 @@ class SQLiteBackend(Backend):
 
                 async def run(fn: Callable[..., T], *args: Any) -> T:
                     # aiosqlite's own way into its thread (also behind its execute()).
-                    whole = conn._execute(_whole, conn._conn, busy_ms, fn, *args)  # type: ignore[no-untyped-call]
-                    result: T = await whole
+                    request = conn._execute(whole, conn._conn, busy_ms, fn, *args)  # type: ignore[no-untyped-call]
+                    result: T = await request
                     return result
 
                 yield run
@@ -332,7 +307,7 @@ class SQLiteBackend(Backend):
                 f"SQLite {what} on {self.path} timed out after {timeout:.3g}s"
             ) from None
         except (sqlite3.Error, ValueError) as exc:
-            raise _translate(exc, self.path) from exc
+            raise translate(exc, self.path) from exc
         except OSError as exc:
             raise BackendUnavailable(f"SQLite file {self.path}: {exc.strerror or exc}") from exc
 
@@ -376,8 +351,8 @@ class SQLiteBackend(Backend):
 
     def _look(
         self, db: sqlite3.Connection, election: str, members: bool
-    ) -> tuple[_Row | None, float, tuple[Member, ...]]:
-        row = _fetch(db, self._select, election)
+    ) -> tuple[Row | None, float, tuple[Member, ...]]:
+        row = fetch(db, self._select, election)
         now = boottime()
         if not members:  # a waiter's reads need none
             return row, now, ()
@@ -387,97 +362,20 @@ class SQLiteBackend(Backend):
         """How a member's heartbeat is timed: this host's clocks, and the member's ttl."""
         return {"wall": iso(wall_time()), "boot_id": self._boot_id, "now": now, "ttl": ttl}
 
-    def _check_foreign(self, election: str, row: _Row | None) -> None:
+    def _check_foreign(self, election: str, row: Row | None) -> None:
         if row is not None:
             self._foreign.check(election, row[5], row[7], self._boot_id)
 
     def _lease(
-        self, election: str, row: _Row | None, now: float, members: tuple[Member, ...] = ()
+        self, election: str, row: Row | None, now: float, members: tuple[Member, ...] = ()
     ) -> Lease:
         if row is None:
             lease = Lease(election, None, "", 0, None, None, members=members)
         else:
-            lease = replace(_lease(election, row, now, self._boot_id), members=members)
+            lease = replace(lease_of(election, row, now, self._boot_id), members=members)
             self._foreign.check(election, row[5], row[7], self._boot_id)
         # A holder's lease lapsing, or a reservation ending, is a change waiters must hear of.
         left = lease.expires_in or lease.reserved_in
         lapse = None if not left else now + left
-        self._seen[election] = (_holding(lease), lapse)
+        self._seen[election] = (holding(lease), lapse)
         return lease
-
-
-def _holding(lease: Lease) -> tuple[str | None, str, int]:
-    return lease.holder, lease.instance, lease.term
-
-
-def _lease(election: str, row: _Row, now: float, my_boot_id: str) -> Lease:
-    holder, instance, address, term, acquired_at, row_boot_id, expires, version = row[:8]
-    reserved_for, reserved_until = row[8], row[9]
-    if holder is None:
-        # A reservation made on another boot cannot be timed on ours: it has lapsed.
-        reserved = bool(reserved_for) and row_boot_id == my_boot_id and reserved_until > now
-        return Lease(
-            election,
-            None,
-            "",
-            term,
-            None,
-            None,
-            version=str(version),
-            reserved_for=str(reserved_for) if reserved else "",
-            reserved_in=reserved_until - now if reserved else 0.0,
-        )
-    # Another boot's clock cannot be read on ours: its lease counts as expired, not free.
-    live = row_boot_id == my_boot_id and expires > now
-    acquired = dt.datetime.fromisoformat(acquired_at) if acquired_at else None
-    expires_in = expires - now if live else 0.0
-    return Lease(
-        election, holder, address, term, acquired, expires_in, instance, version=str(version)
-    )
-
-
-def _whole(db: sqlite3.Connection, busy_ms: int, fn: Callable[..., T], *args: Any) -> T:
-    """In the connection's thread: run ``fn(db, *args)``; whatever happens, no transaction
-    stays open to hold the file's write lock."""
-    db.execute(f"PRAGMA busy_timeout = {busy_ms}")
-    try:
-        return fn(db, *args)
-    finally:
-        if db.in_transaction:
-            with suppress(sqlite3.Error):
-                db.execute("ROLLBACK")
-
-
-def _execute(db: sqlite3.Connection, sql: str, params: dict[str, Any]) -> None:
-    db.execute(sql, params)
-
-
-def _fetch(db: sqlite3.Connection, sql: str, election: str) -> _Row | None:
-    row: Any = db.execute(sql, (election,)).fetchone()
-    return None if row is None else tuple(row)
-
-
-def _translate(exc: BaseException, path: str) -> BackendError:
-    code = getattr(exc, "sqlite_errorcode", None)
-    name = getattr(exc, "sqlite_errorname", type(exc).__name__)
-    message = f"SQLite file {path}: {exc} ({name})"
-    if not isinstance(exc, sqlite3.DatabaseError) or (
-        isinstance(code, int) and code & 0xFF in _TRANSIENT_CODES
-    ):
-        return BackendUnavailable(message)
-    if code is not None and code & 0xFF in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM):
-        message += ": check that the file and its directory exist and are writable"
-    return BackendFatal(message)
-
-
-def _number(options: dict[str, str], key: str, default: float, low: float, high: float) -> float:
-    raw = options.get(key)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not low <= value <= high:
-        raise BackendFatal(f"SQLite URL option {key}={raw!r} must be a number in [{low}, {high}]")
-    return value
