@@ -22,7 +22,6 @@ MAX_FUNCTION_LINES = 60
 # Modules still over the limit, each at its size when the limit was set: they may shrink,
 # never grow, and leave this table when they fit (docs/architecture.md, "What is still big").
 OVERSIZED: dict[str, int] = {
-    "leaderd/backends/postgres/advisory.py": 502,
     "leaderd/election_state.py": 438,
     "leaderd/engine.py": 477,
 }
