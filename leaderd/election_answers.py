@@ -15,7 +15,8 @@ from collections.abc import Callable
 from .backends.base import Candidate
 from .backends.records import Member
 from .clock import Clock
-from .election_state import ElectionState, Note, View
+from .election_state import ElectionState
+from .election_values import Note, View
 from .events import Event, extra
 from .heartbeats import Heartbeats
 from .history import History

@@ -22,7 +22,8 @@ from .backends.base import Backend, BackendError, Candidate, Capability, Grant, 
 from .backends.records import HISTORY_RETENTION, EndReason
 from .clock import Clock, SystemClock
 from .election_answers import ElectionAnswers
-from .election_state import MIN_DELAY, Request
+from .election_state import MIN_DELAY
+from .election_values import Request
 from .events import Event, extra
 from .history import History
 from .release_doubt import version_of
