@@ -20,7 +20,7 @@ from .election_values import Note, View
 from .events import Event, extra
 from .heartbeats import Heartbeats
 from .history import History
-from .roster import Roster, roster
+from .members import Members, members_of
 from .status import ElectionStatus, Role
 from .timing import Timing
 from .watchers import ChangeListener, Watchers
@@ -61,7 +61,7 @@ class ElectionAnswers:
         now = self._clock.now()
         return self._snapshot(self._refresh(now), now)
 
-    def members(self) -> Roster:
+    def members(self) -> Members:
         """The members with their roles now (docs/api.md, "Members")."""
         now = self._clock.now()
         view, lease = self._refresh(now), self.state.lease
@@ -71,7 +71,9 @@ class ElectionAnswers:
             holder = (me.node_id, me.instance) if view.role is Role.LEADER else None
             holder = holder or (view.leader.node_id, lease.instance)
         elapsed = now - self._heard_at
-        return roster(self.name, self.candidate.node_id, view.term, self._heard, elapsed, holder)
+        return members_of(
+            self.name, self.candidate.node_id, view.term, self._heard, elapsed, holder
+        )
 
     def history(self) -> History:
         """The history as last read, newest first (docs/api.md, "History")."""
