@@ -37,7 +37,7 @@ def version(package: str) -> str:
 
 
 async def gateway(endpoint: str) -> None:
-    from leaderd.backends.etcd import EtcdBackend
+    from leaderd.backends.etcd.backend import EtcdBackend
 
     host = urllib.parse.urlsplit(endpoint).netloc
     backend = EtcdBackend.from_url(f"etcd://{host}/?prefix=/leaderd-cost/")

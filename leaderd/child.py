@@ -26,6 +26,7 @@ from .containment import (
     send,
     signal_tree,
 )
+from .containment_probe import keeper_argv
 from .events import Event, extra
 from .keeper_protocol import (
     CONTAINED,
@@ -39,7 +40,6 @@ from .keeper_protocol import (
     Lines,
     encode,
 )
-from .probe import keeper_argv
 
 log = logging.getLogger("leaderd.supervisor")
 

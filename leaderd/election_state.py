@@ -13,55 +13,15 @@ import logging
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 from .backends.base import Candidate, Lease, LeaseLost
+from .election_values import Note, Request, View, duplicate_note, refused_note
 from .events import Event
 from .release_doubt import ReleaseInDoubt
 from .status import LeaderInfo, Role
 from .timing import Timing
 
 MIN_DELAY = 0.005  # never spin: even "at once" leaves the loop a breath
-
-
-@dataclass(frozen=True, slots=True)
-class View:
-    """The answer at one instant: role, leader, term, and the sentence that explains it."""
-
-    role: Role
-    leader: LeaderInfo | None
-    term: int
-    why: str
-
-    @property
-    def key(self) -> tuple[Role, str | None, int]:
-        """What a revision counts changes of (docs/api.md)."""
-        return self.role, self.leader.node_id if self.leader else None, self.term
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """What the next round sends: an acquire-or-renew, or an observe while cooling down."""
-
-    campaigning: bool
-    timeout: float
-    wait: float
-    takeover: str
-    min_term: int
-    epoch: int
-    # A term this node stepped down from unable to reach the backend, for its history.
-    lost_term: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Note:
-    """A decision worth an operator's attention, logged by the engine as one sentence."""
-
-    level: int
-    event: Event
-    sentence: str
-    fields: dict[str, Any]
 
 
 class ElectionState:
@@ -390,7 +350,7 @@ class ElectionState:
         if lease.held_by_twin(self.candidate) and lease.instance not in self.twins:
             self.twins.add(lease.instance)
             self.duplicates_seen += 1
-            notes.append(self._duplicate(lease))
+            notes.append(duplicate_note(self.name, lease, self.candidate.instance))
         key = (lease.holder, lease.instance, lease.term, lease.version)
         if key != self.watched:
             self.watched, self.watched_since = key, now
@@ -412,27 +372,9 @@ class ElectionState:
         )
         return [Note(logging.WARNING, Event.HANDOVER_LAPSED, sentence, fields)]
 
-    def _duplicate(self, lease: Lease) -> Note:
-        sentence = (
-            f"election {self.name}: node id {lease.holder} is held by another process "
-            f"(instance {lease.instance or 'unknown'}; this one is {self.candidate.instance}): "
-            "either a second daemon runs with this node id (make node ids unique) or this "
-            "daemon restarted within one ttl; waiting for that lease to end"
-        )
-        fields = {"election": self.name, "term": lease.term, "holder": lease.holder}
-        return Note(
-            logging.ERROR, Event.DUPLICATE_NODE_ID, sentence, fields | {"instance": lease.instance}
-        )
-
     def _refuse(self, lease: Lease, high_water: int) -> Note:
         """The backend granted a term this node has already seen: it lost acknowledged
         writes (an asynchronous commit, a restored backup). Lead with none of it."""
         self.terms_refused += 1
         self.release_due, self.held_term = lease.term, None
-        sentence = (
-            f"election {self.name}: the backend granted term {lease.term}, but this node "
-            f"already saw term {high_water}: the backend lost acknowledged writes; refusing "
-            f"to lead, releasing it and asking for term {high_water + 1} or above"
-        )
-        fields = {"election": self.name, "term": lease.term, "high_water": high_water}
-        return Note(logging.ERROR, Event.TERM_REFUSED, sentence, fields)
+        return refused_note(self.name, lease, high_water)

@@ -4,34 +4,30 @@ Run is short: campaign with jitter, renew every renew_interval while leading, se
 on the local CLOCK_BOOTTIME deadline, and on stop publish "stopped", let the step-down hook
 stop the supervised child, then release. The rules (what the answer is at time t, what to
 send, when) live in election_state.py, which has no asyncio: this module sends requests,
-waits, publishes revisions and logs the sentences the rules return. Answers never read a
-flag that a timer sets: ``status()`` derives the role at the moment it is asked
-(docs/algorithm.md, "Self-fencing").
+waits and logs the sentences the rules return. The answers and their revisions are
+election_answers.py's: they never read a flag that a timer sets, ``status()`` derives the
+role at the moment it is asked (docs/algorithm.md, "Self-fencing").
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import datetime as dt
 import logging
 import math
 import random
 from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar
 
-from .backends.base import Backend, BackendError, Candidate, Grant, Lease, LeaseLost
-from .backends.records import HISTORY_RETENTION, LEFT_TTL, EndReason, Member
+from .backends.base import Backend, BackendError, Candidate, Capability, Grant, Lease, LeaseLost
+from .backends.records import HISTORY_RETENTION, LEFT_TTL, EndReason
 from .clock import Clock, SystemClock
-from .election_state import MIN_DELAY, ElectionState, Note, Request, View
+from .election_answers import ElectionAnswers
+from .election_state import MIN_DELAY
+from .election_values import Request
 from .events import Event, extra
-from .heartbeats import Heartbeats
 from .history import History
 from .release_doubt import version_of
-from .roster import Roster, roster
-from .status import ElectionStatus, Role
 from .timing import Timing
-from .watchers import ChangeListener, Watchers
 
 log = logging.getLogger("leaderd.engine")
 
@@ -45,7 +41,7 @@ _STALL_SLACK = 2.0  # how late a loop turn may be before /health reports a stall
 T = TypeVar("T")
 
 
-class Election:
+class Election(ElectionAnswers):
     """One election, as seen and contested by this node."""
 
     def __init__(
@@ -57,107 +53,22 @@ class Election:
         clock: Clock | None = None,
         jitter: Callable[[], float] = random.random,
     ) -> None:
-        self.name = name
-        self.candidate = candidate
-        self.timing = timing
         self.step_down_hook: StepDownHook | None = None
-        self.state = ElectionState(name, candidate, timing, jitter)
-        self.last_contact: dt.datetime | None = None
         self._backend = backend
-        self._clock: Clock = clock or SystemClock()
-        self._turn_due = math.inf
-        # The last published view: each change of its key is a new revision.
-        self._published: View | None = None
-        self._watchers = Watchers(name, self._clock.wall())
         self._poke = asyncio.Event()
         self._stopped = asyncio.Event()
-        # The members the last answer listed, and when its request was sent.
-        self._heard: tuple[Member, ...] = ()
-        self._heard_at = -math.inf
-        self._heartbeats = Heartbeats()  # when our answered requests were heard, and sent
-        self._history = History(name, (), None)
-        self._history_of: tuple[str | None, str, int] | None = None  # the lease it was read at
-        self._refresh(self._clock.now())
-
-    # ---- answers: each derives the role from the clock at the moment it is asked ----
-
-    def status(self) -> ElectionStatus:
-        now = self._clock.now()
-        return self._snapshot(self._refresh(now), now)
-
-    def members(self) -> Roster:
-        """The members with their roles now (docs/api.md, "Members")."""
-        now = self._clock.now()
-        view, lease = self._refresh(now), self.state.lease
-        holder = None
-        if view.leader is not None and lease is not None:
-            me = self.candidate
-            holder = (me.node_id, me.instance) if view.role is Role.LEADER else None
-            holder = holder or (view.leader.node_id, lease.instance)
-        elapsed = now - self._heard_at
-        return roster(self.name, self.candidate.node_id, view.term, self._heard, elapsed, holder)
-
-    def history(self) -> History:
-        """The history as last read, newest first (docs/api.md, "History")."""
-        return self._history
-
-    def lease_left(self) -> float | None:
-        """Seconds before the self-fence deadline while leading; None otherwise."""
-        now = self._clock.now()
-        self._refresh(now)
-        return self.state.valid_for(now)
-
-    def lease_deadline(self) -> tuple[int, float] | None:
-        """(term, self-fence deadline on CLOCK_BOOTTIME) while leading; None otherwise."""
-        now = self._clock.now()
-        view = self._refresh(now)
-        return (view.term, self.state.deadline) if view.role is Role.LEADER else None
-
-    def health(self) -> str | None:
-        """None while the loop turns on time; else why it looks stalled."""
-        late = self._clock.now() - self._turn_due
-        return f"election {self.name} loop stalled for {late:.1f}s" if late > 0 else None
-
-    @property
-    def ready(self) -> bool:
-        """The first attempt is over, whatever its outcome ("unknown" is an answer)."""
-        return self.state.ready
-
-    @property
-    def last_error(self) -> str | None:
-        return self.state.last_error
-
-    @property
-    def duplicates_seen(self) -> int:
-        return self.state.duplicates_seen
-
-    @property
-    def terms_refused(self) -> int:
-        return self.state.terms_refused
-
-    @property
-    def watchers(self) -> int:
-        return self._watchers.count
-
-    def add_listener(self, listener: ChangeListener) -> None:
-        """Call ``listener`` synchronously with the new status on every revision."""
-        self._watchers.add_listener(listener)
-
-    async def wait_for_change(self, revision: int | None, timeout: float) -> ElectionStatus:
-        """Long poll: the status once its revision differs from ``revision`` (or the
-        next change when None), or the current status after ``timeout`` seconds."""
-        return await self._watchers.wait(self.status, revision, timeout)
-
-    def stream(self) -> contextlib.AbstractContextManager[asyncio.Queue[ElectionStatus]]:
-        """A queue that receives the current status, then one status per change."""
-        return self._watchers.stream(self.status())
+        super().__init__(name, candidate, timing, clock or SystemClock(), jitter)
 
     # ---- actions ----
 
     @property
-    def hands_over(self) -> bool:
+    def _grants(self) -> bool:
+        return Capability.GRANTS in self._backend.capabilities
+
+    @property
+    def reserves(self) -> bool:
         """Whether the backend can reserve the lease for a chosen standby."""
-        return self._backend.hands_over
+        return Capability.RESERVES in self._backend.capabilities
 
     def resign(self, cooldown: float, to: str = "") -> None:
         """Stop leading now, release at the loop's next turn (reserved for node id ``to``
@@ -360,7 +271,7 @@ class Election:
         term, version = held
         release = self._backend.release(
             self.name, self.candidate, term, reason, reserve_for=to, ttl=self.timing.ttl,
-            grant=not to and self._backend.grants, version=version,
+            grant=not to and self._grants, version=version,
         )  # fmt: skip
         try:
             # A timeout block, not wait_for: the release starts now, not a loop turn later.
@@ -440,38 +351,3 @@ class Election:
             calls = [task for task in tasks if task is not poke and not task.done()]
             if calls:
                 await asyncio.gather(*calls, return_exceptions=True)
-
-    # ---- publishing ----
-
-    def _snapshot(self, view: View, now: float) -> ElectionStatus:
-        return ElectionStatus(
-            election=self.name,
-            node_id=self.candidate.node_id,
-            role=view.role,
-            leader=view.leader,
-            term=view.term,
-            ttl=self.timing.ttl,
-            valid_for=self.state.valid_for(now) if view.role is Role.LEADER else None,
-            revision=self._watchers.revision,
-            changed_at=self._watchers.changed_at,
-        )
-
-    def _refresh(self, now: float) -> View:
-        """Derive the view; on a change of role, leader or term, publish a new revision."""
-        view = self.state.view(now)
-        previous = self._published
-        if previous is not None and view.key == previous.key:
-            return view
-        self._published = view
-        self._watchers.next_revision(self._clock.wall())
-        sentence = self.state.sentence(previous, view, now)
-        level = logging.DEBUG if previous is None else logging.INFO
-        holder = view.leader.node_id if view.leader else None
-        fields = extra(Event(view.role.value), election=self.name, term=view.term, holder=holder)
-        log.log(level, sentence, extra=fields)
-        self._watchers.publish(self._snapshot(view, now))
-        return view
-
-    def _log_notes(self, notes: list[Note]) -> None:
-        for note in notes:
-            log.log(note.level, note.sentence, extra=extra(note.event, **note.fields))

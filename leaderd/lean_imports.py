@@ -3,7 +3,7 @@
 - aiohttp (3.10 and later) builds a verified client SSL context when it is imported,
   reading the system's whole CA bundle into it: 70 to 150 ms and about 2 MB of RSS at every
   start. leaderd never uses that context: its only HTTPS client, the etcd gateway's, always
-  passes a context of its own (etcd_gateway.py). So OpenSSL's default CA file points at an
+  passes a context of its own (backends/etcd/gateway.py). So OpenSSL's default CA file points at an
   empty one during the import.
 - frozenlist's compiled extension is C++: it maps libstdc++ (about 1 MB of RSS) for the
   few frozen lists aiohttp keeps per application (signals, middlewares), which are read,

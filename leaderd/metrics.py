@@ -13,7 +13,7 @@ and the Node on it; ``metrics.watch(node)``; ``build_app(node, metrics=metrics)`
 from __future__ import annotations
 
 from collections.abc import Awaitable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import prometheus_client
 from prometheus_client import (
@@ -232,15 +232,15 @@ class ConnectionCollector(Collector):
 class MeteredBackend(Backend):
     """Any backend, with each request timed and each BackendError counted.
 
-    Answers and exceptions pass through unchanged; attributes the wrapper does not
-    define (``kind``, backend-specific helpers) are read from the wrapped backend.
+    Answers and exceptions pass through unchanged. Only the Backend interface is there:
+    a backend's own helpers are read on the backend itself.
     """
 
     def __init__(self, inner: Backend, metrics: Metrics) -> None:
         self.inner = inner
         self._errors = metrics.backend_errors
-        kind = inner.kind
-        self._kind = kind
+        self.kind = kind = inner.kind
+        self.capabilities = inner.capabilities
         self._seconds = {
             op: metrics.backend_request_seconds.labels(kind, op)
             for op in ("open", "observe", "acquire_or_renew", "release", "history")
@@ -248,12 +248,6 @@ class MeteredBackend(Backend):
         for error in _error_kinds(BackendError):
             # Exported as 0 from the start: increase() cannot see a series' first sample.
             self._errors.labels(kind, error.__name__)
-
-    def __getattr__(self, name: str) -> Any:
-        # Only reached for attributes not found on the wrapper, e.g. the ClassVar ``kind``.
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
 
     def ttl_rule_only(self) -> None:
         self.inner.ttl_rule_only()
@@ -265,14 +259,6 @@ class MeteredBackend(Backend):
     @property
     def description(self) -> str:
         return self.inner.description
-
-    @property
-    def hands_over(self) -> bool:
-        return self.inner.hands_over
-
-    @property
-    def grants(self) -> bool:
-        return self.inner.grants
 
     async def open(self, elections: Sequence[str]) -> None:
         await self._timed("open", self.inner.open(elections))
@@ -294,11 +280,10 @@ class MeteredBackend(Backend):
         min_term: int = 0,
         lost_term: int = 0,
     ) -> Lease:
-        request = self.inner.acquire_or_renew(
+        return await self._timed("acquire_or_renew", self.inner.acquire_or_renew(
             election, candidate, ttl, timeout, wait,
             takeover=takeover, min_term=min_term, lost_term=lost_term,
-        )  # fmt: skip
-        return await self._timed("acquire_or_renew", request)
+        ))  # fmt: skip
 
     async def release(
         self,
@@ -312,22 +297,17 @@ class MeteredBackend(Backend):
         grant: bool = False,
         version: str = "",
     ) -> None:
-        request = self.inner.release(
+        await self._timed("release", self.inner.release(
             election, candidate, term, reason, reserve_for=reserve_for, ttl=ttl, grant=grant,
             version=version,
-        )  # fmt: skip
-        await self._timed("release", request)
+        ))  # fmt: skip
 
     async def history(self, election: str, limit: int) -> list[Tenure]:
         return await self._timed("history", self.inner.history(election, limit))
 
     async def wait_for_change(self, election: str, timeout: float) -> Grant | None:
         # Waiting is not a request: not timed, but a failure is still a backend error.
-        try:
-            return await self.inner.wait_for_change(election, timeout)
-        except BackendError as exc:
-            self._count(exc)
-            raise
+        return await self._counted(self.inner.wait_for_change(election, timeout))
 
     async def close(self) -> None:
         await self.inner.close()
@@ -335,15 +315,16 @@ class MeteredBackend(Backend):
     async def _timed(self, operation: str, request: Awaitable[T]) -> T:
         start = boottime()
         try:
-            return await request
-        except BackendError as exc:
-            self._count(exc)
-            raise
+            return await self._counted(request)
         finally:
             self._seconds[operation].observe(boottime() - start)
 
-    def _count(self, exc: BackendError) -> None:
-        self._errors.labels(self._kind, type(exc).__name__).inc()
+    async def _counted(self, request: Awaitable[T]) -> T:
+        try:
+            return await request
+        except BackendError as exc:
+            self._errors.labels(self.kind, type(exc).__name__).inc()
+            raise
 
 
 def _error_kinds(base: type[BackendError]) -> list[type[BackendError]]:

@@ -31,7 +31,7 @@ def check(config: Config) -> None:
         raise ConfigError(problem)
     # The default file's directory is the daemon's to create (StateDirectory= with systemd).
     if config.backend.lower().startswith("sqlite:") and config.state_dir is None:
-        from .backends.sqlite import SQLiteBackend
+        from .backends.sqlite.backend import SQLiteBackend
 
         assert isinstance(backend, SQLiteBackend)
         _check_sqlite_file(backend.path)

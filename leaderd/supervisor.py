@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING
 
 from .child import KEEPER_DIED, Child
 from .clock import boottime
+from .containment_probe import START_TIMEOUT, Plan, plan
 from .events import Event, extra
 from .keeper_protocol import DEADLINE_PASSED, EXITED, GUARDED, LOST, STOPPED
-from .probe import START_TIMEOUT, Plan, plan
 from .status import ElectionStatus, Role
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .backends.records import LEFT_TTL
 from .engine import Election
-from .roster import MemberRole, MemberView
+from .members import MemberRole, MemberView
 from .status import Role
 
 
@@ -30,7 +30,7 @@ def refusal(election: Election, me: str, to: str, cooldown_given: bool) -> Refus
     a cooldown, which a follower may take (stay out of the election for that long)."""
     if to == me:
         return Refusal(400, "bad_parameter", f"to names this node ({me}): name a standby")
-    if to and not election.hands_over:
+    if to and not election.reserves:
         message = f"election {election.name}: this backend has no standbys to hand over to"
         return Refusal(409, "no_standby", message)
     status = election.status()
@@ -45,15 +45,15 @@ def refusal(election: Election, me: str, to: str, cooldown_given: bool) -> Refus
 def _not_a_standby(election: Election, to: str) -> Refusal | None:
     """Why ``to`` cannot take a switchover from this node's last renewal's view of the
     members; None if it can (docs/api.md)."""
-    roster, renew = election.members(), election.timing.renew_interval
+    listed, renew = election.members(), election.timing.renew_interval
 
     def views(node_id: str) -> list[MemberView]:
-        return [v for v in roster.members if v.member.node_id == node_id]
+        return [v for v in listed.members if v.member.node_id == node_id]
 
     why = _why_not(views(to), renew)
     if why is None:
         return None
-    ids = sorted({v.member.node_id for v in roster.members})
+    ids = sorted({v.member.node_id for v in listed.members})
     live = ", ".join(n for n in ids if _why_not(views(n), renew) is None) or "none"
     message = f"{to} {why} (election {election.name}, live standbys: {live}); see GET /members"
     return Refusal(409, "not_a_standby", message)

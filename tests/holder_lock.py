@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from leaderd.backends.sqlite_proof import SUFFIX
+from leaderd.backends.sqlite.proof import SUFFIX
 
 
 def break_holder_lock(db: Path, how: str) -> None:

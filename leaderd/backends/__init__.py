@@ -6,6 +6,7 @@ import importlib
 import urllib.parse
 
 from .base import Backend, BackendError, BackendFatal, BackendUnavailable, Candidate, Lease
+from .urls import redact_url
 
 __all__ = [
     "Backend",
@@ -21,14 +22,14 @@ __all__ = [
 
 # scheme -> (module, class); imported lazily so a SQLite daemon never loads asyncpg.
 _SCHEMES: dict[str, tuple[str, str]] = {
-    "sqlite": ("leaderd.backends.sqlite", "SQLiteBackend"),
+    "sqlite": ("leaderd.backends.sqlite.backend", "SQLiteBackend"),
     "static": ("leaderd.backends.static", "StaticBackend"),
-    "postgresql": ("leaderd.backends.postgres", "PostgresLeaseBackend"),
-    "postgres": ("leaderd.backends.postgres", "PostgresLeaseBackend"),
-    "postgresql+advisory": ("leaderd.backends.advisory", "PostgresAdvisoryBackend"),
-    "postgres+advisory": ("leaderd.backends.advisory", "PostgresAdvisoryBackend"),
-    "etcd": ("leaderd.backends.etcd", "EtcdBackend"),
-    "etcd+https": ("leaderd.backends.etcd", "EtcdBackend"),
+    "postgresql": ("leaderd.backends.postgres.lease", "PostgresLeaseBackend"),
+    "postgres": ("leaderd.backends.postgres.lease", "PostgresLeaseBackend"),
+    "postgresql+advisory": ("leaderd.backends.postgres.advisory", "PostgresAdvisoryBackend"),
+    "postgres+advisory": ("leaderd.backends.postgres.advisory", "PostgresAdvisoryBackend"),
+    "etcd": ("leaderd.backends.etcd.backend", "EtcdBackend"),
+    "etcd+https": ("leaderd.backends.etcd.backend", "EtcdBackend"),
 }
 
 _FILE_SCHEMES = ("sqlite", "static")
@@ -36,27 +37,6 @@ _FILE_SCHEMES = ("sqlite", "static")
 
 class UnknownBackend(ValueError):
     """The URL names no backend this build knows (a configuration error)."""
-
-
-def redact_url(url: str) -> str:
-    """The URL with its password (and any password= query parameter) replaced by ***."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return "<unparseable backend URL>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, hostport = netloc.rpartition("@")
-        user, sep, _password = userinfo.partition(":")
-        netloc = f"{user}{':***' if sep else ''}@{hostport}"
-    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    redacted_query = [(k, "***" if k.lower() in ("password", "passfile") else v) for k, v in query]
-    text = urllib.parse.urlunsplit(
-        (parts.scheme, netloc, parts.path, urllib.parse.urlencode(redacted_query), "")
-    )
-    if not netloc and url[len(parts.scheme) + 1 :].startswith("//"):
-        text = f"{parts.scheme}://{text[len(parts.scheme) + 1 :]}"  # as written: sqlite:///x.db
-    return text
 
 
 def backend_from_url(url: str) -> Backend:

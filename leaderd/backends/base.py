@@ -16,7 +16,7 @@ Contract shared by every backend (the contract test suite checks it):
   ttl on its own clock (``takeover``): a step of the backend's clock alone cannot cut
   a live holder's lease short (docs/algorithm.md, same section). One exception, sqlite://
   only: a backend that has the kernel's proof that the holder's process is dead (its holder
-  lock freed, sqlite_proof.py) takes its lease over in the claim itself, even with
+  lock freed, sqlite/proof.py) takes its lease over in the claim itself, even with
   ``takeover=""``; a holder that recorded no proof is waited out by the rule above
   (docs/algorithm.md, "Crash failover on one host").
 * ``term`` strictly increases on every acquisition (a new holder, or the same
@@ -49,13 +49,42 @@ from __future__ import annotations
 
 import abc
 import datetime as dt
+import enum
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import ClassVar
+from types import MappingProxyType
 
 from .. import __version__
 from .records import EndReason, Member, Tenure
+
+
+class Capability(enum.Enum):
+    """What a backend can do beyond the contract every backend keeps."""
+
+    EXPIRES = "expires"  # a holder's lease lapses without a release
+    TTL_LEFT = "ttl left"  # expires_in reports the seconds left of the ttl, on its own clock
+    DURABLE = "durable"  # terms survive closing every instance and opening a new one
+    # An expired, unreleased lease still names its holder and is taken only by naming its
+    # version (the one-ttl takeover, docs/algorithm.md); a session's end is no such lease.
+    TAKEOVER = "takeover"
+    RESERVES = "reserves"  # a release may reserve the free lease for one node id, one ttl
+    GRANTS = "grants"  # release(grant=True) hands the lease to a standby in the same write
+    # A release names the version it was last answered and changes nothing once a renewal
+    # moved it (docs/algorithm.md, "A release in doubt").
+    VERSIONED_RELEASE = "versioned release"
+
+
+class Capabilities(frozenset[Capability]):
+    """Every capability but those a backend lacks, each lacking one named with the reason."""
+
+    lacks: Mapping[Capability, str]
+
+    def __new__(cls, lacks: Mapping[Capability, str] | None = None) -> Capabilities:
+        reasons = dict(lacks or {})
+        capabilities = super().__new__(cls, set(Capability) - reasons.keys())
+        capabilities.lacks = MappingProxyType(reasons)
+        return capabilities
 
 
 class BackendError(Exception):
@@ -197,7 +226,7 @@ class Backend(abc.ABC):
     """
 
     # URL scheme family, reported by /status and metrics: "sqlite", "postgresql", ...
-    kind: ClassVar[str]
+    kind: str
 
     @classmethod
     @abc.abstractmethod
@@ -209,17 +238,9 @@ class Backend(abc.ABC):
     def description(self) -> str:
         """The backend's URL with any password removed, safe to log and serve."""
 
-    @property
-    def hands_over(self) -> bool:
-        """Whether a release may reserve the lease for another node (False for static://,
-        where no other node can ever hold it)."""
-        return True
-
-    @property
-    def grants(self) -> bool:
-        """Whether ``release(grant=True)`` may hand the lease to a standby in its own write
-        (docs/algorithm.md, "One-write hand-over")."""
-        return False
+    # What this backend can do, each capability it lacks declared with the reason. An
+    # instance may narrow it by its URL's settings (a static term file, a takeover mode).
+    capabilities: Capabilities
 
     def ttl_rule_only(self) -> None:
         """This daemon supervises a command that may outlive it: its leases are taken over

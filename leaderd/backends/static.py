@@ -21,7 +21,16 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from ..clock import boottime
-from .base import Backend, BackendFatal, BackendUnavailable, Candidate, Lease, heard_in
+from .base import (
+    Backend,
+    BackendFatal,
+    BackendUnavailable,
+    Candidate,
+    Capabilities,
+    Capability,
+    Lease,
+    heard_in,
+)
 from .records import HISTORY_RETENTION, EndReason, Member, Tenure
 
 
@@ -30,9 +39,29 @@ class StaticBackend(Backend):
     holder releases and a node acquires again. One daemon per term file."""
 
     kind = "static"
+    # With a term file: terms survive a restart.
+    _DURABLE = Capabilities(
+        {
+            Capability.EXPIRES: "static leases never expire",
+            Capability.TTL_LEFT: "static leases have no ttl",
+            Capability.TAKEOVER: "static leases never expire",
+            Capability.RESERVES: "static:// has one node: no standby to hand over to",
+            Capability.GRANTS: "static:// has one node: no standby to hand over to",
+            Capability.VERSIONED_RELEASE: "static:// has one process, whose release and "
+            "renewal never cross",
+        }
+    )
+    capabilities = Capabilities(
+        {
+            **_DURABLE.lacks,
+            Capability.DURABLE: "static:// without a term file keeps terms in memory",
+        }
+    )
 
     def __init__(self, term_file: str | None = None) -> None:
         self.term_file = term_file
+        if term_file is not None:  # its terms survive in the file
+            self.capabilities = self._DURABLE
         self._leases: dict[str, Lease] = {}
         self._changed: dict[str, asyncio.Event] = {}
         # (election, node id, instance) -> (candidate, its ttl, when heard: boottime, wall).
@@ -59,10 +88,6 @@ class StaticBackend(Backend):
     @property
     def description(self) -> str:
         return f"static://{self.term_file or ''}"
-
-    @property
-    def hands_over(self) -> bool:
-        return False  # this node always leads: no standby can take a reserved lease
 
     async def open(self, elections: Sequence[str]) -> None:
         terms = self._load_terms()

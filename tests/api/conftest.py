@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestClient
 
 from leaderd.api import build_app
 from leaderd.backends.base import Backend, Candidate
-from leaderd.backends.sqlite import SQLiteBackend
+from leaderd.backends.sqlite.backend import SQLiteBackend
 from leaderd.backends.static import StaticBackend
 from leaderd.engine import Election
 from leaderd.metrics import Metrics

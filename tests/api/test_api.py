@@ -10,7 +10,7 @@ import pytest
 from leaderd import __version__
 from leaderd.api import build_app
 from leaderd.backends import redact_url
-from leaderd.backends.sqlite import SQLiteBackend
+from leaderd.backends.sqlite.backend import SQLiteBackend
 from leaderd.backends.static import StaticBackend
 from leaderd.clock import SystemClock
 from leaderd.engine import Election

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from leaderd.backends.sqlite import SQLiteBackend
+from leaderd.backends.sqlite.backend import SQLiteBackend
 from leaderd.metrics import Metrics
 
 from .conftest import eventually

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from leaderd import __version__
 from leaderd.backends.base import BackendFatal, BackendUnavailable, Candidate
-from leaderd.backends.sqlite import SQLiteBackend
+from leaderd.backends.sqlite.backend import SQLiteBackend
 from leaderd.backends.static import StaticBackend
 from leaderd.metrics import MeteredBackend, Metrics
 
@@ -152,7 +152,7 @@ async def test_metered_backend_counts_errors_and_passes_through() -> None:
     assert isinstance(backend, MeteredBackend)
     assert backend.kind == "static"
     assert backend.description == "static://"
-    assert backend.failures is inner.failures  # other attributes read through
+    assert backend.capabilities is inner.capabilities
     await backend.open(["default"])
     for expected in (BackendUnavailable, BackendFatal, BackendUnavailable):
         with pytest.raises(expected):

@@ -10,8 +10,9 @@ import datetime as dt
 import time
 
 from leaderd.backends import Backend, Candidate, Lease
+from leaderd.backends.base import Capability
 
-from .conftest import DURABLE, LONG_TTL, SHORT_TTL, TAKEOVER, TTL, VERSIONED_RELEASE, Store
+from .conftest import LONG_TTL, SHORT_TTL, Store
 
 E = "default"
 A = Candidate("node-a", "10.0.0.1:8080")
@@ -85,7 +86,7 @@ async def test_renew_keeps_the_term(store: Store) -> None:
 
 
 async def test_expires_in_is_the_backends_view_of_time_left(store: Store) -> None:
-    store.require(TTL)
+    store.require(Capability.TTL_LEFT)
     a, b = await store.new(), await store.new()
     mine = await held(a, A, ttl=30.0)
     assert mine.expires_in is not None and 25.0 < mine.expires_in <= 30.0
@@ -118,7 +119,7 @@ async def test_release_lets_another_acquire_at_once_with_the_next_term(store: St
 async def test_a_release_that_lands_after_a_renewal_changes_nothing(store: Store) -> None:
     """A release, grant or reservation names the version last answered: one held until
     after the next renewal of the same term matches nothing (docs/algorithm.md)."""
-    store.require(VERSIONED_RELEASE)
+    store.require(Capability.VERSIONED_RELEASE)
     a, b = await store.new(), await store.new()
     first = await held(a, A)
     await acquire(b, B)  # a live campaigning member a grant would pick
@@ -157,7 +158,7 @@ async def test_the_same_holder_gets_the_next_term_after_expiry(store: Store) -> 
 
 
 async def test_an_expired_lease_is_taken_over_only_by_naming_its_version(store: Store) -> None:
-    store.require(TAKEOVER)
+    store.require(Capability.TAKEOVER)
     a, b = await store.new(), await store.new()
     mine = await held(a, A, ttl=SHORT_TTL)
     await store.expire(a, E)
@@ -170,7 +171,7 @@ async def test_an_expired_lease_is_taken_over_only_by_naming_its_version(store: 
 
 
 async def test_a_renewal_changes_the_version_so_a_watched_one_goes_stale(store: Store) -> None:
-    store.require(TAKEOVER)
+    store.require(Capability.TAKEOVER)
     a, b = await store.new(), await store.new()
     await held(a, A, ttl=SHORT_TTL)
     watched = (await b.observe(E)).version
@@ -202,7 +203,7 @@ async def test_an_acquisition_takes_at_least_min_term(store: Store) -> None:
 
 
 async def test_terms_survive_release_and_restart(store: Store) -> None:
-    store.require(DURABLE)
+    store.require(Capability.DURABLE)
     a, b = await store.new(), await store.new()
     first = await held(a, A)
     await a.release(E, A, first.term)
@@ -217,7 +218,7 @@ async def test_terms_survive_release_and_restart(store: Store) -> None:
 
 
 async def test_terms_never_decrease_when_the_holder_restarts(store: Store) -> None:
-    store.require(DURABLE)
+    store.require(Capability.DURABLE)
     mine = await held(await store.new(), A)
     await store.restart()
     a = await store.new()

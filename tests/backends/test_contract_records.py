@@ -7,6 +7,7 @@ import asyncio
 
 from leaderd import __version__
 from leaderd.backends import Backend, Candidate, Lease
+from leaderd.backends.base import Capability
 from leaderd.backends.records import (
     HISTORY_RETENTION,
     LEFT_TTL,
@@ -15,7 +16,7 @@ from leaderd.backends.records import (
     Member,
 )
 
-from .conftest import EXPIRY, HANDOVER, LONG_TTL, SHORT_TTL, Store
+from .conftest import LONG_TTL, SHORT_TTL, Store
 from .test_contract import TIMEOUT, TWIN, A, B, C, E, acquire, held, take_over
 
 
@@ -68,7 +69,7 @@ async def test_a_node_id_in_two_processes_is_two_members(store: Store) -> None:
 
 
 async def test_a_silent_member_ages_past_its_ttl_and_is_pruned(store: Store) -> None:
-    store.require(EXPIRY)  # static: one process, nobody else to fall silent
+    store.require(Capability.EXPIRES)  # static: one process, nobody else to fall silent
     a, b = await store.new(), await store.new()
     await held(a, A)
     await follow(b, B, ttl=SHORT_TTL)
@@ -82,7 +83,7 @@ async def test_a_silent_member_ages_past_its_ttl_and_is_pruned(store: Store) -> 
 
 async def test_a_member_heard_with_ttl_0_is_stale_at_once_and_pruned(store: Store) -> None:
     """A stopping daemon's last heartbeat (LEFT_TTL): no member list shows it live after."""
-    store.require(EXPIRY)  # static: one process, it cannot leave while another looks
+    store.require(Capability.EXPIRES)  # static: one process, it cannot leave while another looks
     a, b = await store.new(), await store.new()
     await held(a, A)
     await follow(b, B)
@@ -94,7 +95,7 @@ async def test_a_member_heard_with_ttl_0_is_stale_at_once_and_pruned(store: Stor
 
 
 async def test_history_names_the_standby_a_switchover_went_to(store: Store) -> None:
-    store.require(HANDOVER)
+    store.require(Capability.RESERVES)
     a, b = await store.new(), await store.new()
     first = await held(a, A)
     await a.release(E, A, first.term, EndReason.RESIGNED, reserve_for=B.node_id, ttl=LONG_TTL)

@@ -12,8 +12,9 @@ import time
 import pytest
 
 from leaderd.backends import Backend, Candidate, Lease
+from leaderd.backends.base import Capability
 
-from .conftest import HANDOVER, LONG_TTL, SHORT_TTL, Store
+from .conftest import LONG_TTL, SHORT_TTL, Store
 from .test_contract import TIMEOUT, TWIN, WAIT, A, B, C, E, acquire, held, wait_in_background
 
 LAPSE_LIMIT = 15.0  # etcd rounds a lease up to whole seconds and its minimum ttl
@@ -21,7 +22,7 @@ LAPSE_LIMIT = 15.0  # etcd rounds a lease up to whole seconds and its minimum tt
 
 @pytest.fixture
 def handing(store: Store) -> Store:
-    store.require(HANDOVER)
+    store.require(Capability.RESERVES)
     return store
 
 

@@ -20,10 +20,10 @@ from leaderd.backends import (
     BackendUnavailable,
     Candidate,
     backend_from_url,
-    sqlite_wake,
 )
-from leaderd.backends.sqlite import SQLiteBackend
-from leaderd.backends.sqlite_host import refuse_shared_filesystem
+from leaderd.backends.sqlite import wake as sqlite_wake
+from leaderd.backends.sqlite.backend import SQLiteBackend
+from leaderd.backends.sqlite.host import refuse_shared_filesystem
 
 from .conftest import LONG_TTL, SHORT_TTL, Opener
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from leaderd.backends import Candidate
-from leaderd.backends.sqlite import SQLiteBackend
+from leaderd.backends.sqlite.backend import SQLiteBackend
 from tests.grants import heard, not_granted_back, wait_grant
 
 E = "default"

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from leaderd.backends import BackendFatal, Candidate
-from leaderd.backends.sqlite import SQLiteBackend
-from leaderd.backends.sqlite_proof import SUFFIX
+from leaderd.backends.sqlite.backend import SQLiteBackend
+from leaderd.backends.sqlite.proof import SUFFIX
 from tests.holder_lock import break_holder_lock
 
 from .conftest import ELECTIONS, LONG_TTL, SHORT_TTL, Opener

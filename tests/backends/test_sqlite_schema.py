@@ -6,9 +6,9 @@ import sqlite3
 from pathlib import Path
 
 from leaderd.backends import Candidate
-from leaderd.backends.sqlite import SQLiteBackend
-from leaderd.backends.sqlite_host import boot_id
-from leaderd.backends.sqlite_schema import SCHEMA_VERSION
+from leaderd.backends.sqlite.backend import SQLiteBackend
+from leaderd.backends.sqlite.host import boot_id
+from leaderd.backends.sqlite.schema import SCHEMA_VERSION
 from leaderd.clock import boottime
 
 from .conftest import ELECTIONS, LONG_TTL

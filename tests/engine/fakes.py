@@ -19,6 +19,8 @@ from leaderd.backends.base import (
     Backend,
     BackendUnavailable,
     Candidate,
+    Capabilities,
+    Capability,
     Grant,
     Lease,
     LeaseLost,
@@ -269,7 +271,7 @@ class RecordingBackend(Backend):
     # The lost_term of every acquire_or_renew, and the reason of every release, in order.
     lost_terms: list[int] = field(default_factory=list)
     reasons: list[EndReason] = field(default_factory=list)
-    # Whether releases may grant the lease to a standby (base.Backend.grants).
+    # Whether releases may grant the lease to a standby (Capability.GRANTS).
     granting: bool = False
     # The version argument of every release, in order.
     release_versions: list[str] = field(default_factory=list)
@@ -278,8 +280,8 @@ class RecordingBackend(Backend):
     _late: set[asyncio.Future[None]] = field(default_factory=set)  # releases still held
 
     @property
-    def grants(self) -> bool:
-        return self.granting
+    def capabilities(self) -> Capabilities:  # type: ignore[override]  # set per test
+        return Capabilities() if self.granting else Capabilities({Capability.GRANTS: "a test"})
 
     @classmethod
     def from_url(cls, url: str) -> RecordingBackend:

@@ -1,6 +1,6 @@
 """What the engine tells the backend for members and history: the end reason of a release,
 the term it lost for want of the backend, when it reads the history again; and the roles
-GET /members derives (roster.py), on a fake clock."""
+GET /members derives (members.py), on a fake clock."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import asyncio
 import datetime as dt
 
 from leaderd.backends.records import EndReason, Member
-from leaderd.roster import MemberRole, roster
+from leaderd.members import MemberRole, members_of
 
 from .fakes import LeaseStore, RealClock
 from .test_engine import TIMING, WINDOW, A, B, World, fast_node, until
@@ -91,7 +91,7 @@ def test_roles_ages_and_conflicts() -> None:
         member("node-d", "d2", 0.5),  # the same node id, live: a conflict
         member("node-b", "b0", 30.0),  # node-b's earlier process: stale, no conflict
     )
-    r = roster("default", "node-b", 7, heard, 3.0, ("node-a", "a1"))
+    r = members_of("default", "node-b", 7, heard, 3.0, ("node-a", "a1"))
     views = [(v.member.node_id, v.member.instance, v.role, v.conflict) for v in r.members]
     assert views == [
         ("node-a", "a1", MemberRole.LEADER, False),
@@ -109,6 +109,6 @@ def test_roles_ages_and_conflicts() -> None:
 
 def test_without_a_live_leader_nobody_is_leader_and_everyone_ages() -> None:
     heard = (member("node-a", "a1", 0.0), member("node-b", "b1", 0.0))
-    r = roster("default", "node-b", 7, heard, 12.0, None)  # no answer for 12 s > ttl
+    r = members_of("default", "node-b", 7, heard, 12.0, None)  # no answer for 12 s > ttl
     assert [v.role for v in r.members] == [MemberRole.STALE, MemberRole.STALE]
     assert (r.to_dict()["leader"], r.healthy_standbys, r.cluster_ready) == (None, 0, False)

@@ -9,7 +9,8 @@ from collections.abc import Callable
 import pytest
 
 from leaderd.backends.base import BackendUnavailable, Candidate, Lease, LeaseLost
-from leaderd.election_state import MIN_DELAY, ElectionState, Request
+from leaderd.election_state import MIN_DELAY, ElectionState
+from leaderd.election_values import Request
 from leaderd.status import Role
 from leaderd.timing import Timing
 

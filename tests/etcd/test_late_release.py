@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from leaderd.backends.etcd_gateway import b64
+from leaderd.backends.etcd.gateway import b64
 from tests.etcd.cluster import EtcdCluster
 from tests.held_release import RESIGNS, leader_behind_a_proxy, resign_with_the_release_held
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from leaderd.backends import Backend, BackendFatal, Candidate, backend_from_url
-from leaderd.backends.etcd_gateway import PASSWORD_ENV
+from leaderd.backends.etcd.gateway import PASSWORD_ENV
 from tests.daemons import Daemon, short_tempdir
 from tests.etcd import tls
 from tests.etcd.cluster import EtcdCluster, Tls

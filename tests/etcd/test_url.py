@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from leaderd.backends import BackendFatal, backend_from_url
-from leaderd.backends.etcd import EtcdBackend
-from leaderd.backends.etcd_gateway import PASSWORD_ENV, EtcdSettings
+from leaderd.backends.etcd.backend import EtcdBackend
+from leaderd.backends.etcd.gateway import PASSWORD_ENV, EtcdSettings
 
 SECRET = "pa55:w/rd@x"  # needs percent-encoding in a URL
 QUOTED = "pa55%3Aw%2Frd%40x"

@@ -1,4 +1,4 @@
-"""The real etcd backend (etcd.py) on a model etcd: its gateway client is replaced by one
+"""The real etcd backend (etcd/backend.py) on a model etcd: its gateway client is replaced by one
 whose requests and watch streams travel a Link to the EtcdServer, and the clocks the backend
 reads (CLOCK_MONOTONIC for its ages, the wall clock for heartbeat stamps) are its host's.
 """
@@ -16,9 +16,13 @@ from contextlib import asynccontextmanager
 from typing import Any
 from unittest import mock
 
-from leaderd.backends import etcd, etcd_records, etcd_state, etcd_watch
 from leaderd.backends.base import Candidate
-from leaderd.backends.etcd_gateway import EtcdClient, EtcdSettings
+from leaderd.backends.etcd import backend as etcd
+from leaderd.backends.etcd import records as etcd_records
+from leaderd.backends.etcd import state as etcd_state
+from leaderd.backends.etcd import view as etcd_view
+from leaderd.backends.etcd import watch as etcd_watch
+from leaderd.backends.etcd.gateway import EtcdClient, EtcdSettings
 
 from .etcdserver import EtcdServer, b64
 from .network import ELECTION, SERVER, Link
@@ -112,7 +116,7 @@ class EtcdWorld:
     def installed(self) -> Iterator[None]:
         """Heartbeat stamps on the host's wall clock; the watch's back-off seeded."""
         with contextlib.ExitStack() as stack:
-            for module in (etcd, etcd_records):
+            for module in (etcd, etcd_view, etcd_records):
                 if hasattr(module, "now"):
                     stack.enter_context(mock.patch.object(module, "now", _stamp))
             stack.enter_context(mock.patch.object(etcd_watch, "random", self._rng))
@@ -120,6 +124,6 @@ class EtcdWorld:
 
 
 def _stamp() -> str:
-    """etcd_records.now(): the wall clock in milliseconds, on the host's clock (time.time is
+    """etcd records.now(): the wall clock in milliseconds, on the host's clock (time.time is
     the running node's while a run lasts)."""
     return dt.datetime.fromtimestamp(time.time(), dt.UTC).isoformat(timespec="milliseconds")

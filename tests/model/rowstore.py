@@ -2,9 +2,9 @@
 compare-and-set judged on the server's clock, a version that every write changes, members'
 heartbeats, grants and reservations, and NOTIFY wake-ups.
 
-The server applies each request atomically, as the SQL of postgres.py does. The backend
-that talks to it is a ``Backend`` with the real LISTEN side (pglisten.Listener), so a grant
-travels as the same JSON payload and is kept, told once, or dropped as in the daemon.
+The server applies each request atomically, as the SQL of postgres/lease.py does. The backend
+that talks to it is a ``Backend`` with the real LISTEN side (postgres/listen.py, Listener), so
+a grant travels as the same JSON payload and is kept, told once, or dropped as in the daemon.
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ from leaderd.backends.base import (
     Backend,
     BackendUnavailable,
     Candidate,
+    Capabilities,
     Grant,
     Lease,
     heard_in,
 )
-from leaderd.backends.pglisten import Listener
-from leaderd.backends.pgsettings import PgSettings
+from leaderd.backends.postgres.listen import Listener
+from leaderd.backends.postgres.settings import PgSettings
 from leaderd.backends.records import EndReason, Member, Tenure
 
 from .network import Link
@@ -112,7 +113,7 @@ class RowServer:
     def release(
         self, me: Candidate, term: int, reserve_for: str, ttl: float, grant: bool, version: str
     ) -> None:
-        """As postgres.py's: only this holder's term, and with ``version`` only while the row
+        """As postgres/lease.py's: only this holder's term, and with ``version`` only while the row
         still has it (a release that arrives after a renewal of the same term changes nothing)."""
         r, now = self.row, self.now()
         if (r.holder, r.instance, r.term) != (me.node_id, me.instance, term):
@@ -185,6 +186,7 @@ class RowBackend(Backend):
     """One daemon's backend over a RowServer: requests travel its Link, with its faults."""
 
     kind = "model-row"
+    capabilities = Capabilities()
 
     def __init__(self, server: RowServer, link: Link) -> None:
         self.server = server
@@ -200,10 +202,6 @@ class RowBackend(Backend):
     @property
     def description(self) -> str:
         return "model-row://"
-
-    @property
-    def grants(self) -> bool:
-        return True
 
     async def open(self, elections: Sequence[str]) -> None:
         return None

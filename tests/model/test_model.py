@@ -12,7 +12,7 @@ import dataclasses
 
 import pytest
 
-from leaderd.backends.etcd import EtcdBackend
+from leaderd.backends.etcd.backend import EtcdBackend
 from leaderd.election_state import ElectionState
 
 from . import cases

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from leaderd.backends import BackendUnavailable, Candidate
-from leaderd.backends.advisory import advisory_key
-from leaderd.backends.pglisten import notify_channel
+from leaderd.backends.postgres.advisory import advisory_key
+from leaderd.backends.postgres.listen import notify_channel
 from tests.pgserver import PgServer
 from tests.postgres.helpers import (
     WAITING_FOR_A_LOCK,

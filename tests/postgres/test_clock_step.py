@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from leaderd.backends.advisory import advisory_key
+from leaderd.backends.postgres.advisory import advisory_key
 from tests.daemons import Daemon, leaders, short_tempdir, wait_for
 from tests.pgserver import FakeTimeServer
 from tests.postgres.helpers import unique

@@ -1,5 +1,5 @@
-"""The one error boundary of the PostgreSQL backends (pgconn.request): every driver, socket
-and timeout error comes out as BackendUnavailable or BackendFatal, redacted."""
+"""The one error boundary of the PostgreSQL backends (postgres/conn.py, request): every driver,
+socket and timeout error comes out as BackendUnavailable or BackendFatal, redacted."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 from leaderd.backends import BackendFatal, BackendUnavailable, Candidate
 from leaderd.backends.base import BackendError
-from leaderd.backends.pgconn import request
-from leaderd.backends.pgsettings import PgSettings
+from leaderd.backends.postgres.conn import request
+from leaderd.backends.postgres.settings import PgSettings
 from tests.pgserver import PgServer
 from tests.postgres.helpers import opened, unique
 

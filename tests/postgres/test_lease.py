@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from leaderd.backends import BackendUnavailable, Candidate
-from leaderd.backends.postgres import PostgresLeaseBackend
+from leaderd.backends.postgres.lease import PostgresLeaseBackend
 from tests.pgserver import PgServer
 from tests.postgres.helpers import admin, opened, unique, until
 

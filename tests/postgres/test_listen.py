@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from leaderd.backends.pglisten import Outage
-from leaderd.backends.postgres import PostgresLeaseBackend
+from leaderd.backends.postgres.lease import PostgresLeaseBackend
+from leaderd.backends.postgres.listen import Outage
 from tests.pgserver import PgServer
 from tests.postgres.helpers import opened, unique, until
 

@@ -1,6 +1,6 @@
-"""The statements on a hand-over's path are planned before the hand-over (pgconn.py keeps
-generic plans; postgres.py and advisory.py run them once in a transaction rolled back): the
-release and the claim after a grant run on a plan the session already has.
+"""The statements on a hand-over's path are planned before the hand-over (postgres/conn.py keeps
+generic plans; postgres/lease.py and postgres/advisory.py run them once in a transaction
+rolled back): the release and the claim after a grant run on a plan the session already has.
 
 Without it each of their first runs was planned on the spot: 1-3 ms on an idle machine,
 up to 8 ms while the daemons and the server busy both cores (docs/benchmarks.md).
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from leaderd.backends import Candidate
-from leaderd.backends.advisory import PostgresAdvisoryBackend
-from leaderd.backends.postgres import PostgresLeaseBackend
+from leaderd.backends.postgres.advisory import PostgresAdvisoryBackend
+from leaderd.backends.postgres.lease import PostgresLeaseBackend
 from tests.pgserver import PgServer
 from tests.postgres.helpers import admin, opened, unique
 from tests.postgres.test_advisory import queued_hand_over

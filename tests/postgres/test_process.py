@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from leaderd.backends.advisory import advisory_key
+from leaderd.backends.postgres.advisory import advisory_key
 from tests import switchover
 from tests.daemons import Daemon, leaders, released_to, short_tempdir, wait_for
 from tests.pgserver import PASSWORD, PASSWORD_USER, PgServer

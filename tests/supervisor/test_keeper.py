@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from leaderd.clock import boottime
+from leaderd.containment_probe import keeper_argv
 from leaderd.guard import kill_at, term_at
 from leaderd.keeper import switch_at
 from leaderd.keeper_protocol import DEADLINE, SIGNAL, STOP, Lines, encode
-from leaderd.probe import keeper_argv
 from tests.daemons import short_tempdir, wait_for
 from tests.supervisor.cluster import CONFINE
 from tests.supervisor.confine import cgroup_root, delegated_cgroup, remove_cgroup

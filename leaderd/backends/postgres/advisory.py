@@ -13,7 +13,8 @@ and ``tcp_user_timeout`` are all at least one ``ttl`` after the last request. Wh
 server ends a session anyway (terminate, restart), a successor granted the lock claims an
 unreleased row only once it is over on the server's clock *and* the engine names the
 version it watched for one ttl (``takeover=wait``, docs/algorithm.md), which is after the old
-leader's deadline. docs/postgresql.md has the whole argument.
+leader's deadline. docs/postgresql.md has the whole argument. lock_session.py holds the
+sessions and the wait for the lock.
 
 Key: the first 8 bytes of sha256(b"leaderd:" + election, UTF-8) as a signed bigint.
 """
@@ -23,60 +24,31 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import asyncpg
-
-from ..clock import boottime
+from ...clock import boottime
+from ..base import (
+    Backend,
+    BackendError,
+    BackendUnavailable,
+    Candidate,
+    Capabilities,
+    Capability,
+    Lease,
+)
+from ..records import EndReason, Tenure, end_text
 from . import advisory_sql as sql
-from . import pg_records as records
+from . import records
 from .advisory_sql import advisory_key, session_settings
-from .base import Backend, BackendError, BackendFatal, BackendUnavailable, Candidate, Lease
-from .pgconn import Closer, connect, ensure_table, quote_literal_ms, request, rolled_back
-from .pglisten import Listener, notify_channel
-from .pgsettings import PgSettings
-from .records import EndReason, Tenure, end_text
+from .conn import connect, request, rolled_back
+from .lock_session import LockSessions, Session, lock_budget
+from .settings import PgSettings
 
 __all__ = ["PostgresAdvisoryBackend", "advisory_key", "session_settings"]
 
 _DEFAULT_TIMEOUT = 5.0
-_DEFAULT_TTL = 15.0
 _PENDING_READS = 12  # about 0.15 s of re-reads while a new holder claims its row
-# How long past its lock_timeout a lock wait may take to answer before it is given up: the
-# server's timeout, not ours, ends a quiet round, so that the session is kept.
-_LOCK_ANSWER_GRACE = 0.25
-# How long a lock wait cancelled over the LISTEN connection may take to end before its
-# session is closed instead.
-_CANCEL_TIMEOUT = 0.1
-_POOLER = (
-    "the advisory backend needs a direct session to PostgreSQL, but the server process "
-    "changed under it (pid {a} then {b}): a transaction-mode pooler such as PgBouncer is "
-    "in the way; point the URL at PostgreSQL itself"
-)
-
-
-@dataclasses.dataclass
-class _Session:
-    """One election's dedicated connection and what this node holds through it."""
-
-    election: str
-    key: int
-    conn: Any = None
-    ttl: float = _DEFAULT_TTL
-    term: int | None = None  # set while this session holds the lock and the row
-    kept_at: float = -math.inf  # CLOCK_BOOTTIME send time of the last claim or renewal that held
-    granted: bool = False  # the lock is granted, the row not claimed: an unreleased holder
-    stale: bool = False  # close it before the next use
-    known_term: int = 0  # the highest term any answer showed
-    started: Any = None  # the session's backend_start (with its pid, who it is)
-    # The claim and the reads, prepared when the session opens and planned before its first
-    # lock wait (_plan): a standby granted the lock only executes the claim.
-    cas: Any = None
-    observe: Any = None
-    observe_heard: Any = None
-    planned: bool = False  # each statement has run once (rolled back): its plan is cached
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,17 +62,27 @@ class _Ask:
     lost_term: int
 
 
-class PostgresAdvisoryBackend(Backend):
+class PostgresAdvisoryBackend(LockSessions, Backend):
     kind = "postgresql+advisory"
+    capabilities = Capabilities(
+        {
+            Capability.TTL_LEFT: "an advisory lock held by a live session has no expiry time",
+            Capability.GRANTS: "the lock is the lease: no row write can pass it to a standby",
+        }
+    )
+    _IMMEDIATE = Capabilities(
+        {
+            **capabilities.lacks,
+            Capability.TAKEOVER: "takeover=immediate: a session's end frees the lock",
+            Capability.VERSIONED_RELEASE: "takeover=immediate: a release frees the lock "
+            "whatever the row says; it runs on the lock's own session, after every renewal",
+        }
+    )
 
     def __init__(self, settings: PgSettings) -> None:
-        self._pg = settings
-        tables = records.tables(settings)
-        self._sql = sql.statements(settings.qualified_table, tables, settings.takeover)
-        self._sessions: dict[str, _Session] = {}
-        self._listener = Listener(settings, notify_channel(settings.table))
-        self._table_ready = False
-        self._closer = Closer()
+        if settings.takeover == "immediate":
+            self.capabilities = self._IMMEDIATE
+        super().__init__(settings)
 
     @classmethod
     def from_url(cls, url: str) -> PostgresAdvisoryBackend:
@@ -206,14 +188,14 @@ class PostgresAdvisoryBackend(Backend):
         await self._listener.stop()
         await self._closer.wait()
 
-    def _saw(self, s: _Session, lease: Lease) -> Lease:
+    def _saw(self, s: Session, lease: Lease) -> Lease:
         s.known_term = max(s.known_term, lease.term)
         self._listener.saw(lease.election, lease.term, held=lease.holder is not None)
         return lease
 
     # -- the paths ---------------------------------------------------------------
 
-    async def _renew(self, s: _Session, ask: _Ask, timeout: float) -> Lease:
+    async def _renew(self, s: Session, ask: _Ask, timeout: float) -> Lease:
         """The holder's keepalive. A failure is in doubt: the lock may still be this
         session's, and the engine leads until its deadline (at most one ttl after the last
         renewal was sent), so the session is kept, and retried, until then; closing it
@@ -227,13 +209,13 @@ class PostgresAdvisoryBackend(Backend):
                 s.term, s.stale = None, True  # the engine's deadline has passed: let go
             raise
 
-    async def _campaign(self, s: _Session, ask: _Ask, wait: float, timeout: float) -> Lease:
+    async def _campaign(self, s: Session, ask: _Ask, wait: float, timeout: float) -> Lease:
         deadline = boottime() + timeout
         conn = await self._connection(s, ask.ttl, timeout)
         if not s.granted:
             if not s.planned:
                 await self._plan(s, ask)
-            lock_wait, grace = _lock_budget(wait, deadline - boottime())
+            lock_wait, grace = lock_budget(wait, deadline - boottime())
             known = max(s.known_term, ask.min_term - 1)  # min_term: the engine's high-water + 1
             granted = await self._lock(s, conn, lock_wait, grace, known)
             if not granted:
@@ -263,17 +245,17 @@ class PostgresAdvisoryBackend(Backend):
             s.granted = False
         return lease
 
-    async def _cas(self, s: _Session, ask: _Ask) -> Any:
+    async def _cas(self, s: Session, ask: _Ask) -> Any:
         me = ask.candidate
         args = (s.election, s.key, me.node_id, me.instance, me.address, ask.ttl,
                 self._listener.channel, ask.takeover, ask.min_term, s.started,
                 me.leaderd_version, ask.lost_term)  # fmt: skip
         return await s.cas.fetchrow(*args)
 
-    async def _plan(self, s: _Session, ask: _Ask) -> None:
+    async def _plan(self, s: Session, ask: _Ask) -> None:
         """Run the claim, the reads and the release once, in a transaction rolled back,
         before the session first waits in the lock queue. The server plans them now (the
-        session's plan_cache_mode keeps generic plans, pgconn.py) and loads their catalog
+        session's plan_cache_mode keeps generic plans, conn.py) and loads their catalog
         caches: the claim after a grant and the release took 2-8 ms more on the hand-over's
         path without it. Nothing it does outlives the rollback: it takes no advisory lock
         (the claim only reads pg_locks) and the release names term -1, which no row has."""
@@ -287,7 +269,7 @@ class PostgresAdvisoryBackend(Backend):
                                   channel, "", 0.0, EndReason.RELEASED.value, "")  # fmt: skip
         s.planned = True
 
-    def _claimed(self, s: _Session, ask: _Ask, row: Any, sent: float) -> Lease:
+    def _claimed(self, s: Session, ask: _Ask, row: Any, sent: float) -> Lease:
         """The answer of the CAS statement, as this session's state and a lease."""
         self._check_pid(s, s.conn, row["session_pid"])
         if not row["locked"]:
@@ -305,57 +287,9 @@ class PostgresAdvisoryBackend(Backend):
             s.term, s.stale = None, True
         return lease  # an unreleased holder, waited out with the lock granted
 
-    async def _lock(
-        self, s: _Session, conn: Any, lock_wait: float, grace: float, known: int
-    ) -> bool:
-        """Take the lock at once, or block for it up to ``lock_wait`` (the server's
-        lock_timeout, whose answer is waited for ``grace`` more seconds); give up early when
-        another node announces it acquired a term above ``known``, so this follower names
-        the new leader at once (a late NOTIFY of a term it knows does not count)."""
-        if lock_wait < 0.001:
-            row = await conn.fetchrow(sql.TRY_LOCK, s.key)
-            self._check_pid(s, conn, row["pid"])
-            return bool(row["granted"])
-        lock = asyncio.ensure_future(conn.fetchrow(sql.LOCK, s.key, quote_literal_ms(lock_wait)))
-        news = asyncio.ensure_future(self._listener.acquired(s.election, known, lock_wait + grace))
-        try:
-            await asyncio.wait({lock, news}, return_when=asyncio.FIRST_COMPLETED)
-            if not lock.done():  # news of a new holder, or the answer is late
-                await self._cancel_wait(s, conn, lock)
-        finally:
-            news.cancel()
-            if not lock.done():
-                # Ending the session cancels the wait, and frees a lock granted meanwhile.
-                lock.cancel()
-                self._drop(s)
-                await asyncio.gather(lock, return_exceptions=True)
-        if lock.cancelled():
-            return False
-        try:
-            row = lock.result()
-        except asyncpg.LockNotAvailableError:
-            return False
-        except asyncpg.QueryCanceledError:
-            # The lock may have been granted just before the cancel struck: the statement
-            # ends with an error, yet the session keeps the lock. No claim follows, and a
-            # lock held twice would outlive a release's single unlock; should this fail, the
-            # session is closed (_guard), which frees it as well.
-            await conn.fetchval(sql.UNLOCK_ALL)
-            return False
-        self._check_pid(s, conn, row["pid"])
-        return True
-
-    async def _cancel_wait(self, s: _Session, conn: Any, lock: asyncio.Future[Any]) -> None:
-        """End a lock wait on its own session, which is kept with its planned statements:
-        the LISTEN connection cancels it. Closing the session instead costs the server a
-        process for asyncpg's CancelRequest and the standby a new session (a new process)
-        for its next read, both while the new holder claims its row on the same cores."""
-        if await self._listener.cancel(conn.get_server_pid(), _CANCEL_TIMEOUT):
-            await asyncio.wait({lock}, timeout=_CANCEL_TIMEOUT)
-
     async def _read(
         self,
-        s: _Session,
+        s: Session,
         timeout: float,
         me: Candidate | None = None,
         ttl: float = 0.0,
@@ -389,90 +323,3 @@ class PostgresAdvisoryBackend(Backend):
         if self._pg.takeover == "wait":  # unreleased: its lease lasts until expires_at
             return sql.row_lease(election, row, False, me, ttl)
         return None if locked else sql.free_lease(election, row, me, ttl)
-
-    # -- the lock session ----------------------------------------------------------
-
-    async def _guard(
-        self, s: _Session, doing: str, timeout: float, op: Callable[[], Awaitable[Any]]
-    ) -> Any:
-        """Run ``op`` in the error boundary; on any failure of a session that claims
-        nothing, close it (it may hold a lock granted at the last moment)."""
-        try:
-            async with request(self._pg, doing, timeout):
-                return await op()
-        except BaseException:
-            if s.term is None:
-                self._drop(s)
-            raise
-
-    async def _connection(self, s: _Session, ttl: float, timeout: float) -> Any:
-        if s.stale or (s.conn is not None and s.conn.is_closed()):
-            self._drop(s)
-        if s.conn is None:
-            await self._open_session(s, ttl, timeout)
-        elif s.ttl != ttl:
-            settings = session_settings(ttl)
-            calls = (f"set_config('{k}', ${i}, false)" for i, k in enumerate(settings, 1))
-            await s.conn.execute("SELECT " + ", ".join(calls), *settings.values())
-            s.ttl = ttl
-        return s.conn
-
-    async def _open_session(self, s: _Session, ttl: float, timeout: float) -> None:
-        conn = await connect(self._pg, timeout, session_settings(ttl))
-        try:
-            if not self._table_ready:
-                await self._prepare(conn)
-            started = (await conn.fetchrow(sql.SESSION))["backend_start"]
-            cas, observe = (
-                await conn.prepare(self._sql["cas"]),
-                await conn.prepare(self._sql["observe"]),
-            )
-            heard = await conn.prepare(self._sql["observe_heard"])
-        except BaseException:
-            self._closer.close(conn)
-            raise
-        s.conn, s.ttl, s.started, s.cas, s.observe = conn, ttl, started, cas, observe
-        s.observe_heard, s.planned = heard, False
-        conn.add_termination_listener(lambda c: self._on_closed(s, c))
-
-    async def _prepare(self, conn: Any) -> None:
-        if conn.get_server_version().major < 14:
-            raise BackendFatal(
-                f"{self.description}: the advisory backend needs PostgreSQL 14 or later "
-                "(idle_session_timeout)"
-            )
-        await ensure_table(self._pg, conn, sql.SCHEMA, sql.UPGRADE)
-        await records.create(self._pg, conn)
-        self._table_ready = True
-
-    def _check_pid(self, s: _Session, conn: Any, pid: int) -> None:
-        if pid != conn.get_server_pid():
-            s.term, s.stale = None, True
-            raise BackendFatal(_POOLER.format(a=conn.get_server_pid(), b=pid))
-
-    def _on_closed(self, s: _Session, conn: Any) -> None:
-        if s.conn is not conn:  # we closed it ourselves
-            return
-        s.conn, s.granted, s.term = None, False, None
-        self._listener.wake(s.election)  # the engine asks again now, on a new session
-
-    def _drop(self, s: _Session) -> None:
-        """Forget the session's connection and close it in the background: asyncpg first
-        cancels a statement still running (a blocked pg_advisory_lock), then terminates."""
-        conn, s.conn, s.stale, s.granted = s.conn, None, False, False
-        self._closer.close(conn)
-
-    def _session(self, election: str) -> _Session:
-        s = self._sessions.get(election)
-        if s is None:
-            s = self._sessions[election] = _Session(election, advisory_key(election))
-        return s
-
-
-def _lock_budget(wait: float, left: float) -> tuple[float, float]:
-    """(lock_timeout, grace for its answer) for a lock wait with ``left`` seconds of the
-    request to go. Up to a second stays for the claim after a grant; half of the rest for
-    the cancel and the read after a wait given up on: a server whose timers run late (its
-    clock stepped back) answers lock_timeout only that much later."""
-    lock_wait = max(0.0, min(wait, left - min(1.0, left / 2)))
-    return lock_wait, min(_LOCK_ANSWER_GRACE, (left - lock_wait) / 2)

@@ -9,10 +9,10 @@ import hashlib
 import math
 from typing import Any
 
-from . import pg_records as records
-from .base import Candidate, Lease, heard_in
-from .pgconn import quote_literal_ms, version_sql
-from .pgreservation import (
+from ..base import Candidate, Lease, heard_in
+from . import records
+from .conn import quote_literal_ms, version_sql
+from .reservation import (
     CLEAR,
     COLUMNS,
     RESERVE,
@@ -91,7 +91,7 @@ _TAKEOVER = {
 # $1 election, $2 key, $3 node id, $4 instance, $5 address, $6 ttl, $7 channel,
 # $8 takeover version, $9 min_term, $10 this session's backend_start (SESSION),
 # $11 leaderd version, $12 lost_term. With it: the member's heartbeat and, when a term
-# began, its history record (pg_records.py).
+# began, its history record (records.py).
 CAS = f"""
 WITH prev AS MATERIALIZED (
     SELECT holder, instance, term, expires_at FROM {{t}} WHERE election = $1

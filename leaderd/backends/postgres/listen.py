@@ -19,11 +19,11 @@ from typing import Any
 import asyncpg
 import orjson
 
-from ..clock import boottime
-from ..events import Event, extra
-from .base import BackendError, Grant, Lease
-from .pgconn import connect, request
-from .pgsettings import PgSettings
+from ...clock import boottime
+from ...events import Event, extra
+from ..base import BackendError, Grant, Lease
+from .conn import connect, request
+from .settings import PgSettings
 
 log = logging.getLogger("leaderd.backends.postgresql")
 
@@ -268,7 +268,7 @@ class Outage:
 
 
 def _grant(term: int, data: dict[str, Any]) -> Grant:
-    """The Grant a "granted" payload describes (postgres.py, _RELEASE). Its lease expires
+    """The Grant a "granted" payload describes (lease.py, _RELEASE). Its lease expires
     ``ttl`` after ``heard_at``: expires_in counts from the heartbeat, as base.Grant says."""
     lease = Lease(
         str(data["election"]),

@@ -15,9 +15,9 @@ from typing import Any
 
 import asyncpg
 
-from ..clock import boottime
-from .base import BackendError, BackendFatal, BackendUnavailable
-from .pgsettings import PgSettings
+from ...clock import boottime
+from ..base import BackendError, BackendFatal, BackendUnavailable
+from .settings import PgSettings
 
 # Everything asyncpg may raise for a failed request: socket errors (OSError, which includes
 # TimeoutError and ConnectionResetError), an EOF in the startup handshake, server errors,

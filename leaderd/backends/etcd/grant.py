@@ -1,6 +1,6 @@
 """The one-write hand-over on etcd (docs/algorithm.md, "One-write hand-over"; docs/etcd.md).
 
-A campaigning standby offers its spare lease in a candidate key (etcd_records.Keys). A
+A campaigning standby offers its spare lease in a candidate key (records.Keys). A
 release that grants puts the leader key under the freshest candidate's spare lease, with
 the next term, in the transaction that ends its own term, on two conditions: its own key
 is unchanged since its tenure began (its mod revision: a grant's put keeps the key's
@@ -22,11 +22,11 @@ from typing import Any
 
 import orjson
 
-from .base import Candidate
-from .etcd_gateway import b64, unb64
-from .etcd_records import Keys
-from .etcd_state import Holder, compare, int_of
-from .records import EndReason
+from ..base import Candidate
+from ..records import EndReason
+from .gateway import b64, unb64
+from .records import Keys
+from .state import Holder, compare, int_of
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ own clock, and a renewing holder moves the version every renew_interval (docs/al
 Acquisitions and releases ``pg_notify`` the channel ``leaderd_<table>``; a dedicated
 connection LISTENs so that standbys wake at once. Requests share a small pool (one
 connection per concurrently served election, at most eight), so one hung statement never
-delays another election's renewal. Every request runs in pgconn.request, the one error
-boundary, on sessions that commit durably (pgconn.connect).
+delays another election's renewal. Every request runs in conn.request, the one error
+boundary, on sessions that commit durably (conn.connect).
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from typing import Any
 
 import asyncpg
 
-from . import pg_records as records
-from .base import Backend, BackendUnavailable, Candidate, Grant, Lease, heard_in
-from .pgconn import (
+from ..base import Backend, BackendUnavailable, Candidate, Capabilities, Grant, Lease, heard_in
+from ..records import EndReason, Tenure, end_text
+from . import records
+from .conn import (
     Closer,
     Deadline,
     close_quietly,
@@ -39,10 +40,9 @@ from .pgconn import (
     rolled_back,
     version_sql,
 )
-from .pglisten import Listener, notify_channel
-from .pgreservation import CLEAR, COLUMNS, RESERVE, lease_from_row, reservation_sql, reserved_sql
-from .pgsettings import PgSettings
-from .records import EndReason, Tenure, end_text
+from .listen import Listener, notify_channel
+from .reservation import CLEAR, COLUMNS, RESERVE, lease_from_row, reservation_sql, reserved_sql
+from .settings import PgSettings
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS {t} (
@@ -75,7 +75,7 @@ _MINE = "(l.holder = excluded.holder AND l.instance = excluded.instance)"
 # $1 election, $2 node id, $3 instance, $4 address, $5 ttl seconds, $6 channel,
 # $7 takeover (the version the engine watched for one ttl, or ''), $8 min_term,
 # $9 leaderd version, $10 lost_term. With it, in the same transaction: the member's
-# heartbeat and, when a term began, its history record (pg_records.py).
+# heartbeat and, when a term began, its history record (records.py).
 _ACQUIRE = f"""
 WITH prev AS MATERIALIZED (
     SELECT holder, instance, term, expires_at FROM {{t}} WHERE election = $1
@@ -153,6 +153,7 @@ _CLOSED = (asyncpg.ConnectionDoesNotExistError, ConnectionResetError, BrokenPipe
 
 class PostgresLeaseBackend(Backend):
     kind = "postgresql"
+    capabilities = Capabilities()
 
     def __init__(self, settings: PgSettings) -> None:
         self._pg = settings
@@ -173,10 +174,6 @@ class PostgresLeaseBackend(Backend):
     @property
     def description(self) -> str:
         return self._pg.description
-
-    @property
-    def grants(self) -> bool:
-        return True
 
     @property
     def listening(self) -> bool:
@@ -277,7 +274,7 @@ class PostgresLeaseBackend(Backend):
     async def _prepare(self, conn: Any) -> None:
         """A new pooled connection: the tables (once); then the release, run once in a
         transaction rolled back, so that the server plans it now and not at a hand-over,
-        whose one write it is (1-5 ms more there; pgconn.py keeps generic plans). Its term
+        whose one write it is (1-5 ms more there; conn.py keeps generic plans). Its term
         -1 matches no row."""
         if not self._table_ready:
             await ensure_table(self._pg, conn, _SCHEMA, _UPGRADE)

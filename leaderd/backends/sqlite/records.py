@@ -14,8 +14,8 @@ from typing import Any
 
 import aiosqlite
 
-from .base import Candidate
-from .records import (
+from ..base import Candidate
+from ..records import (
     HISTORY_RETENTION,
     PRUNE_AFTER_TTLS,
     EndReason,

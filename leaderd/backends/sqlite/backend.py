@@ -5,78 +5,69 @@ WAL mode with ``synchronous=FULL`` so a granted term survives power loss. Expiry
 this host's CLOCK_BOOTTIME (the clock the engine self-fences on: it never steps and counts
 suspend) plus the kernel boot id stored in the row. A row written under another boot id is
 never live, but never free either: like any unreleased lease it is taken over only when the
-engine names the version it watched for one ttl. sqlite_host.py holds the guards that keep
-the file to one host; sqlite_wake.py how standbys hear a commit; sqlite_proof.py how they
-take a dead holder's lease at once. See docs/sqlite.md.
+engine names the version it watched for one ttl. host.py holds the guards that keep
+the file to one host; wake.py how standbys hear a commit; proof.py how they take a
+dead holder's lease at once; rows.py reads the row; boundary.py runs one request and
+translates its errors; url.py parses the URL. See docs/sqlite.md.
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import os
-import re
 import sqlite3
-import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
 import aiosqlite
 
-from ..clock import boottime, wall_time
-from . import sqlite_grant
-from . import sqlite_records as records
-from .base import (
+from ...clock import boottime, wall_time
+from ..base import (
     Backend,
     BackendError,
-    BackendFatal,
     BackendUnavailable,
     Candidate,
+    Capabilities,
     Grant,
     Lease,
     heard_in,
 )
-from .records import EndReason, Member, Tenure, end_text
-from .sqlite_driver import Row, fetch, number, translate, whole
-from .sqlite_host import (
+from ..records import EndReason, Member, Tenure, end_text
+from . import grant as sqlite_grant
+from . import records
+from .boundary import Run, T, translate, whole
+from .host import (
     DirectoryLock,
     FileIdentity,
     ForeignWriters,
-    boot_id,
     persist_wal,
-    refuse_shared_filesystem,
+    preflight,
 )
-from .sqlite_proof import HolderLock
-from .sqlite_records import iso
-from .sqlite_schema import CAS, RELEASE, SELECT, prepare
-from .sqlite_wake import CommitWatcher
+from .proof import HolderLock
+from .records import iso
+from .rows import Row, fetch, holder_proof, holding, lease_of, names
+from .schema import CAS, RELEASE, SELECT, prepare
+from .url import DEFAULT_BUSY_TIMEOUT_MS, DEFAULT_POLL_INTERVAL_MS, DEFAULT_TABLE, parse_url
+from .wake import CommitWatcher
 
 log = logging.getLogger(__name__)
-
-_DEFAULT_TABLE = "leaderd_lease"
-_DEFAULT_BUSY_TIMEOUT_MS = 5000
-_DEFAULT_POLL_INTERVAL_MS = 3.0
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-
-T = TypeVar("T")
-# One request: a function of the sqlite3 connection, run whole in the connection's thread.
-Run = Callable[..., Awaitable[Any]]
 
 
 class SQLiteBackend(Backend):
     """Lease rows in one SQLite file; every daemon on the host opens the same file."""
 
     kind = "sqlite"
+    capabilities = Capabilities()
 
     def __init__(
         self,
         path: str,
-        table: str = _DEFAULT_TABLE,
-        busy_timeout_ms: int = _DEFAULT_BUSY_TIMEOUT_MS,
-        poll_interval_ms: float = _DEFAULT_POLL_INTERVAL_MS,
+        table: str = DEFAULT_TABLE,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        poll_interval_ms: float = DEFAULT_POLL_INTERVAL_MS,
     ) -> None:
         self.path = path
         self.table = table
@@ -98,34 +89,15 @@ class SQLiteBackend(Backend):
 
     @classmethod
     def from_url(cls, url: str) -> SQLiteBackend:
-        parts = urllib.parse.urlsplit(url)
-        usage = "expected sqlite:///abs/path.db or sqlite:rel/path.db"
-        if parts.scheme.lower() != "sqlite" or parts.netloc or parts.fragment or not parts.path:
-            raise BackendFatal(f"bad SQLite URL {url!r}: {usage}")
-        path = os.path.abspath(urllib.parse.unquote(parts.path))
-        options = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
-        unknown = set(options) - {"table", "busy_timeout_ms", "poll_interval_ms", "crash_failover"}
-        if unknown:
-            raise BackendFatal(f"unknown SQLite URL option(s) {sorted(unknown)} in {url!r}")
-        table = options.get("table", _DEFAULT_TABLE)
-        if not _IDENTIFIER.fullmatch(table):
-            raise BackendFatal(f"SQLite table name {table!r} must be a plain identifier")
-        busy = number(options, "busy_timeout_ms", _DEFAULT_BUSY_TIMEOUT_MS, 0, 3_600_000)
-        poll = number(options, "poll_interval_ms", _DEFAULT_POLL_INTERVAL_MS, 0.5, 1000)
-        backend = cls(path, table, int(busy), poll)
-        if options.get("crash_failover", "proof") not in ("proof", "ttl"):
-            raise BackendFatal(f"SQLite URL option crash_failover must be proof or ttl in {url!r}")
-        if options.get("crash_failover") == "ttl":
+        path, table, busy, poll, crash_failover = parse_url(url)
+        backend = cls(path, table, busy, poll)
+        if crash_failover == "ttl":
             backend.ttl_rule_only()  # for apps that act for valid_for_ms after an answer
         return backend
 
     @property
     def description(self) -> str:
         return f"sqlite://{self.path}?table={self.table}"
-
-    @property
-    def grants(self) -> bool:
-        return True
 
     def ttl_rule_only(self) -> None:
         self._proof.enabled = False
@@ -195,7 +167,7 @@ class SQLiteBackend(Backend):
         now = boottime()  # read under the write lock: no one can commit in between
         before = fetch(db, self._select, election)
         self._check_foreign(election, before)
-        proof, gone = self._proof.ask(election, me.instance, self._holder_proof(before))
+        proof, gone = self._proof.ask(election, me.instance, holder_proof(before, self._boot_id))
         wall = wall_time()
         db.execute(
             CAS.format(table=self.table),
@@ -219,7 +191,7 @@ class SQLiteBackend(Backend):
             records.lost(db, self.table, election, me, ask["lost_term"])
         members = records.members(db, self.table, election, self._boot_id, now)
         db.execute("COMMIT")
-        self._proof.settle(election, _names(row, me))
+        self._proof.settle(election, names(row, me))
         return row, now, members
 
     async def release(
@@ -278,14 +250,14 @@ class SQLiteBackend(Backend):
                 changed = self._commits.changed  # taken before the read: no commit slips by
                 await self._commits.arm()
                 lease, granted = await self._look_for_grant(election, deadline)
-                if seen is not None and _holding(lease) != seen[0]:
+                if seen is not None and holding(lease) != seen[0]:
                     return granted
                 # The holder died (its lock is ours): a round takes over. Only after the read:
                 # a release that grants us the lease frees the lock as well.
                 if self._proof.freed(election):
                     return None
                 self._proof.watch(election, self._commits.wake)
-                seen = seen or (_holding(lease), None)
+                seen = seen or (holding(lease), None)
                 remaining = deadline - boottime()
                 if remaining <= 0:
                     return None
@@ -366,7 +338,7 @@ class SQLiteBackend(Backend):
             raise BackendUnavailable(f"SQLite backend for {self.path} is closed")
         if self._conn is not None:
             return self._conn
-        self._boot_id = await asyncio.to_thread(self._preflight)
+        self._boot_id = await asyncio.to_thread(preflight, self.path)
         alone = await asyncio.to_thread(self._directory.acquire)
         try:
             conn = await aiosqlite.connect(
@@ -386,14 +358,6 @@ class SQLiteBackend(Backend):
         self._conn = conn
         return conn
 
-    def _preflight(self) -> str:
-        """Fail clearly before SQLite does; return the kernel boot id."""
-        directory = os.path.dirname(self.path)
-        if not os.path.isdir(directory):
-            raise BackendFatal(f"SQLite file {self.path}: directory {directory} does not exist")
-        refuse_shared_filesystem(directory)
-        return boot_id()
-
     async def _read(self, election: str, timeout: float, members: bool = False) -> Lease:
         async with self._request("read", timeout) as run:
             row, now, listed = await run(self._look, election, members)
@@ -412,13 +376,6 @@ class SQLiteBackend(Backend):
         """How a member's heartbeat is timed: this host's clocks, and the member's ttl."""
         return {"wall": iso(wall_time()), "boot_id": self._boot_id, "now": now, "ttl": ttl}
 
-    def _holder_proof(self, row: Row | None) -> tuple[str, str | None]:
-        """The row's holder instance and proof; no proof from another kernel's boot, whose
-        locks this kernel cannot see (docs/algorithm.md, "Crash failover on one host")."""
-        if row is None:
-            return "", None
-        return row[1], row[10] if row[5] == self._boot_id else None
-
     def _check_foreign(self, election: str, row: Row | None) -> None:
         if row is not None:
             self._foreign.check(election, row[5], row[7], self._boot_id)
@@ -429,45 +386,11 @@ class SQLiteBackend(Backend):
         if row is None:
             lease = Lease(election, None, "", 0, None, None, members=members)
         else:
-            lease = replace(_lease(election, row, now, self._boot_id), members=members)
+            lease = replace(lease_of(election, row, now, self._boot_id), members=members)
             self._foreign.check(election, row[5], row[7], self._boot_id)
-            self._proof.saw(election, *self._holder_proof(row))
+            self._proof.saw(election, *holder_proof(row, self._boot_id))
         # A holder's lease lapsing, or a reservation ending, is a change waiters must hear of.
         left = lease.expires_in or lease.reserved_in
         lapse = None if not left else now + left
-        self._seen[election] = (_holding(lease), lapse)
+        self._seen[election] = (holding(lease), lapse)
         return lease
-
-
-def _names(row: Row | None, me: Candidate) -> bool:
-    return row is not None and (row[0], row[1]) == (me.node_id, me.instance)
-
-
-def _holding(lease: Lease) -> tuple[str | None, str, int]:
-    return lease.holder, lease.instance, lease.term
-
-
-def _lease(election: str, row: Row, now: float, my_boot_id: str) -> Lease:
-    holder, instance, address, term, acquired_at, row_boot_id, expires, version = row[:8]
-    reserved_for, reserved_until = row[8], row[9]
-    if holder is None:
-        # A reservation made on another boot cannot be timed on ours: it has lapsed.
-        reserved = bool(reserved_for) and row_boot_id == my_boot_id and reserved_until > now
-        return Lease(
-            election,
-            None,
-            "",
-            term,
-            None,
-            None,
-            version=str(version),
-            reserved_for=str(reserved_for) if reserved else "",
-            reserved_in=reserved_until - now if reserved else 0.0,
-        )
-    # Another boot's clock cannot be read on ours: its lease counts as expired, not free.
-    live = row_boot_id == my_boot_id and expires > now
-    acquired = dt.datetime.fromisoformat(acquired_at) if acquired_at else None
-    expires_in = expires - now if live else 0.0
-    return Lease(
-        election, holder, address, term, acquired, expires_in, instance, version=str(version)
-    )

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Lease
-from .records import Member
+from ..base import Lease
+from ..records import Member
 
 # The reservation's columns, added to an older leaderd's table on open.
 COLUMNS = {"reserved_for": "text", "reserved_until": "timestamptz"}

@@ -4,7 +4,7 @@
 ``<prefix><election>/term``: the last term granted; no lease, never deleted.
 ``<prefix><election>/reserved``: a hand-over's reservation, the node id that alone may
 acquire the free lease, under a lease of one ttl (its end is etcd's lessor's).
-The spare lease (a granted lease with no key yet) is etcd.py's (docs/etcd.md).
+The spare lease (a granted lease with no key yet) is backend.py's (docs/etcd.md).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 
 import orjson
 
-from ..clock import boottime
-from .base import Candidate
-from .etcd_gateway import unb64
+from ...clock import boottime
+from ..base import Candidate
+from .gateway import unb64
 
 log = logging.getLogger("leaderd.backends.etcd")
 
@@ -100,7 +100,7 @@ class Ask:
     give_up: float  # on CLOCK_BOOTTIME: it bounds this request only
     lost_term: int = 0
     campaigning: bool = True  # an observe's heartbeat is not: it withdraws any candidacy
-    heard_at: str = ""  # names this round's heartbeat, never another's (etcd_grant.py)
+    heard_at: str = ""  # names this round's heartbeat, never another's (grant.py)
 
     def left(self) -> float:
         return self.give_up - boottime()

@@ -16,8 +16,8 @@ import pathlib
 import sqlite3
 from contextlib import suppress
 
-from ..clock import boottime
-from .sqlite_host import persist_wal
+from ...clock import boottime
+from .host import persist_wal
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from . import sqlite_records as records
-from .base import Candidate
-from .sqlite_schema import OF_VERSION
+from ..base import Candidate
+from . import records
+from .schema import OF_VERSION
 
 _SUCCESSOR = """
 SELECT node_id, instance, address, ttl, heard_at, heard_boottime FROM {table}_members

@@ -18,8 +18,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from .base import BackendError, BackendUnavailable
-from .etcd_gateway import EtcdClient, answer_error, b64, prefix_end, unb64
+from ..base import BackendError, BackendUnavailable
+from .gateway import EtcdClient, answer_error, b64, prefix_end, unb64
 
 log = logging.getLogger("leaderd.backends.etcd")
 

@@ -7,7 +7,7 @@ the etcd backend already sends, so they add no request.
   change. A key unchanged for PRUNE_AFTER_TTLS of its ttl is deleted if still unchanged.
 * ``<prefix><election>/candidates/<node id>/<instance>``: a campaigning standby's spare
   lease id, put when its spare changes, deleted when it stops campaigning or acquires: what a
-  release may grant the lease under (etcd_grant.py).
+  release may grant the lease under (grant.py).
 * ``<prefix><election>/history/<term>``: a holder's record, put by the acquiring
   transaction, which also deletes the records HISTORY_RETENTION terms older.
 * ``<prefix><election>/ended/<term>``: how it ended, put by the releasing transaction (or
@@ -23,10 +23,10 @@ from typing import Any
 
 import orjson
 
-from ..clock import boottime
-from .base import Candidate
-from .etcd_gateway import b64, prefix_end, unb64
-from .records import HISTORY_RETENTION, PRUNE_AFTER_TTLS, EndReason, Member, Tenure
+from ...clock import boottime
+from ..base import Candidate
+from ..records import HISTORY_RETENTION, PRUNE_AFTER_TTLS, EndReason, Member, Tenure
+from .gateway import b64, prefix_end, unb64
 
 _DIGITS = 20  # terms are zero-padded, so keys sort as terms do
 

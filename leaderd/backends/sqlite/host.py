@@ -25,7 +25,7 @@ import os
 import sqlite3
 from dataclasses import dataclass
 
-from .base import BackendFatal, LeaseLost
+from ..base import BackendFatal, LeaseLost
 
 BOOT_ID_FILE = "/proc/sys/kernel/random/boot_id"
 MOUNTINFO = "/proc/self/mountinfo"
@@ -45,6 +45,15 @@ def boot_id() -> str:
             return f.read().strip()
     except OSError as exc:
         raise BackendFatal(f"cannot read the kernel boot id from {BOOT_ID_FILE}: {exc}") from exc
+
+
+def preflight(path: str) -> str:
+    """Fail clearly before SQLite does; return the kernel boot id."""
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        raise BackendFatal(f"SQLite file {path}: directory {directory} does not exist")
+    refuse_shared_filesystem(directory)
+    return boot_id()
 
 
 def filesystem_type(path: str, mountinfo: str = MOUNTINFO) -> str:

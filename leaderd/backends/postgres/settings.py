@@ -6,8 +6,8 @@ import re
 import urllib.parse
 from dataclasses import dataclass, field
 
-from . import redact_url
-from .base import BackendFatal
+from ..base import BackendFatal
+from ..urls import redact_url
 
 # Query parameters leaderd reads itself; every other one goes to asyncpg, which takes
 # the libpq connection parameters it knows and sends the rest as server settings (GUCs).

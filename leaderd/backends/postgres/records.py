@@ -17,10 +17,10 @@ from typing import Any
 import asyncpg
 import orjson
 
-from .base import BackendFatal, Candidate
-from .pgconn import alter_as_owner
-from .pgsettings import PgSettings
-from .records import HISTORY_RETENTION, PRUNE_AFTER_TTLS, EndReason, Member, Tenure
+from ..base import BackendFatal, Candidate
+from ..records import HISTORY_RETENTION, PRUNE_AFTER_TTLS, EndReason, Member, Tenure
+from .conn import alter_as_owner
+from .settings import PgSettings
 
 _CREATE = """
 CREATE TABLE IF NOT EXISTS {m} (

@@ -1,6 +1,6 @@
 """etcd v3 through its JSON gateway (``POST /v3/...``) over aiohttp's client, which leaderd
 already ships for its API: the URL, endpoint failover, TLS, authentication, and the
-translation of every failure into a one-line ``BackendError``. backends/etcd.py holds the
+translation of every failure into a one-line ``BackendError``. backend.py holds the
 election logic; docs/etcd.md says why this is not a gRPC client.
 
 A request goes to the preferred endpoint; one that refuses, times out or has no leader passes
@@ -23,9 +23,9 @@ from typing import Any
 import aiohttp
 import orjson
 
-from ..clock import boottime
-from . import redact_url
-from .base import BackendError, BackendFatal, BackendUnavailable
+from ...clock import boottime
+from ..base import BackendError, BackendFatal, BackendUnavailable
+from ..urls import redact_url
 
 PASSWORD_ENV = "LEADERD_ETCD_PASSWORD"
 DEFAULT_PREFIX = "/leaderd/"

@@ -8,8 +8,8 @@ from contextlib import suppress
 
 import aiosqlite
 
-from ..clock import boottime, suspended_for, wall_time
-from . import sqlite_records
+from ...clock import boottime, suspended_for, wall_time
+from . import records as sqlite_records
 
 SCHEMA_VERSION = 4
 
@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS {table} (
 )"""
 # Columns added since schema 1, with their definitions (schema 2: instance, version;
 # schema 3: the reservation of a released lease for one node id; schema 4: the holder's
-# proof of life, its instance and holder lock's inode, sqlite_proof.py).
+# proof of life, its instance and holder lock's inode, proof.py).
 _ADDED = {
     "instance": "TEXT NOT NULL DEFAULT ''",
     "version": "INTEGER NOT NULL DEFAULT 0",

@@ -47,7 +47,7 @@ class MemberView:
 
 
 @dataclass(frozen=True, slots=True)
-class Roster:
+class Members:
     election: str
     node_id: str  # this node
     term: int
@@ -99,14 +99,14 @@ class Roster:
         }
 
 
-def roster(
+def members_of(
     election: str,
     node_id: str,
     term: int,
     heard: tuple[Member, ...],
     elapsed: float,
     holder: tuple[str, str] | None,
-) -> Roster:
+) -> Members:
     """The members as heard ``elapsed`` seconds ago; ``holder``: the (node id, instance)
     this node knows to lead now, None when it knows of no live leader."""
     ages = [(m, m.heard_ago + max(0.0, elapsed)) for m in heard]
@@ -121,4 +121,4 @@ def roster(
         conflict = role is not MemberRole.STALE and twins[m.node_id] > 1
         views.append(MemberView(m, role, age, conflict))
     views.sort(key=lambda v: (v.role is not MemberRole.LEADER, v.member.node_id, v.age))
-    return Roster(election, node_id, term, tuple(views))
+    return Members(election, node_id, term, tuple(views))

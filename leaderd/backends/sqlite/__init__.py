@@ -1,0 +1,1 @@
+"""The SQLite backend: one lease row in a local database file (docs/sqlite.md)."""
