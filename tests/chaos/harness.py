@@ -561,10 +561,12 @@ class Chaos(RequestFaults, SqliteFaults):
         fault.healed = time.monotonic()
 
     async def _fault_db_lock(self, fault: Fault) -> None:
-        """Another process holds the SQLite write lock (a backup, a careless sqlite3 shell)."""
+        """Another process holds the SQLite write lock (a backup, a careless sqlite3 shell, a
+        writer in BEGIN IMMEDIATE)."""
         fault.params["locked_s"] = hold = round(self.rng.uniform(0.2, 2 * self.s.ttl), 3)
+        fault.params["begin"] = begin = self.rng.choice(("IMMEDIATE", "EXCLUSIVE"))
         path = os.path.join(self.workdir, "lease.db")
-        locked, fault.healed = await asyncio.to_thread(_hold_write_lock, path, hold)
+        locked, fault.healed = await asyncio.to_thread(_hold_write_lock, path, hold, begin)
         fault.injected = locked
 
     async def _fault_duplicate_node_id(self, fault: Fault) -> None:
@@ -740,10 +742,10 @@ async def until(predicate: Callable[[], bool], deadline: float, interval: float 
     return True
 
 
-def _hold_write_lock(path: str, hold: float) -> tuple[float, float]:
+def _hold_write_lock(path: str, hold: float, begin: str) -> tuple[float, float]:
     conn = sqlite3.connect(path, timeout=10, isolation_level=None)
     try:
-        conn.execute("BEGIN EXCLUSIVE")
+        conn.execute(f"BEGIN {begin}")
         locked = time.monotonic()
         time.sleep(hold)
         conn.execute("ROLLBACK")
