@@ -3,7 +3,7 @@
 One daemon (default timing). For each concurrency level, load-generator processes
 (bench/loadgen.py) keep that many keep-alive connections busy, one request in flight
 each. The daemon's CPU and its backend request count are read before and after the
-measured window: the API must not query the backend per request (DESIGN §3), so the
+measured window: the API must not query the backend per request (docs/architecture.md), so the
 count may only grow by the renewals that fall in the window. The highest level then runs
 against bench/floor_server.py, a bare aiohttp answer of the same size: the floor this
 machine and aiohttp set.

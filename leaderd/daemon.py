@@ -264,7 +264,7 @@ class Daemon:
 
     def _stop_elections(self) -> None:
         """STOPPING=1, then publish "stopped" in every election and wake its loop to hand
-        over (DESIGN §1.7); idempotent."""
+        over (rule 7, docs/algorithm.md); idempotent."""
         if self._node is None or self._stopping_sent:
             return
         self._stopping_sent = True

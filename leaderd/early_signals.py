@@ -1,6 +1,6 @@
 """Stop signals that arrive while the daemon is still starting (imports, configuration):
 kept, and acted on once the event loop's own handlers are installed, so that an early
-SIGTERM still ends in an orderly exit 0 (DESIGN §1.7), not in death by signal."""
+SIGTERM still ends in an orderly exit 0 (rule 7, docs/algorithm.md), not in death by signal."""
 
 from __future__ import annotations
 

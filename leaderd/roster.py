@@ -4,8 +4,8 @@ derived at the moment of the answer (docs/api.md, "Members").
 A member is the ``leader`` while it holds the lease this node knows to be live, a
 ``standby`` while heard from within its ttl, and ``stale`` after that (ages keep growing
 while this node cannot reach the backend, so everyone turns stale: fail closed). Two live
-members with one node id are a ``conflict`` (DESIGN §1.9): both are listed, neither counts
-as a healthy standby.
+members with one node id are a ``conflict`` (rule 9, docs/algorithm.md): both are listed,
+neither counts as a healthy standby.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ the etcd backend already sends, so they add no request.
 
 * ``<prefix><election>/members/<node id>/<instance>``: a member's JSON, put by each of its
   rounds. etcd keeps no time for a key, so its age is judged as the takeover rule judges a
-  lease (DESIGN §1.3): on this daemon's own clock, since it saw the key's mod revision
+  lease (rule 3, docs/algorithm.md): on this daemon's own clock, since it saw the key's mod revision
   change. A key unchanged for PRUNE_AFTER_TTLS of its ttl is deleted if still unchanged.
 * ``<prefix><election>/candidates/<node id>/<instance>``: a campaigning standby's spare
   lease id, put when its spare changes, deleted when it stops campaigning or acquires: what a

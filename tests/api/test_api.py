@@ -1,4 +1,4 @@
-"""The request/response endpoints of DESIGN §3 against real elections."""
+"""The request/response endpoints of docs/api.md against real elections."""
 
 from __future__ import annotations
 

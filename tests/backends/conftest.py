@@ -47,7 +47,7 @@ EXPIRY = "expiry"  # a holder's lease can lapse (store.expire)
 TTL = "ttl"  # expires_in reports the seconds left of the ttl
 DURABLE = "durable"  # terms survive closing every instance and opening a new one
 # An expired, unreleased lease still names its holder and is taken over only by naming its
-# version (DESIGN §1.3); backends whose expiry is a release (a session's end) lack it.
+# version (rule 3); backends whose expiry is a release (a session's end) lack it.
 TAKEOVER = "takeover"
 # A release may reserve the free lease for one node id for one ttl (a hand-over).
 HANDOVER = "handover"

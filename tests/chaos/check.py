@@ -4,7 +4,7 @@ Every time here is the harness's ``time.monotonic()``: one clock, so answers can
 
 An answer "leader" to a request sent at ``sent`` and answered at ``received`` proves only
 that the daemon led at SOME instant of ``[sent, received]``. Terms order tenures: a term is
-acquired once and held by one node (DESIGN §1.4), and at most one node leads at any instant
+acquired once and held by one node (rule 4), and at most one node leads at any instant
 (§1.1), so every instant of term ``t`` precedes every instant of any term ``u > t``. Hence:
 
 * ``same_term_two_nodes``: two different nodes answered leader with the same term.

@@ -63,7 +63,7 @@ ALL_FAULTS = tuple(
     dict.fromkeys(FAULTS["sqlite"] + FAULTS["postgresql"] + FAULTS["etcd"] + KEEPER_FAULTS)
 )
 # Faults that take the leader away the moment they hit it: a leader is owed from the
-# injection (DESIGN §1.6; for SIGSTOP counted from the stop). The others hold the cluster
+# injection (rule 6; for SIGSTOP counted from the stop). The others hold the cluster
 # back while they last: a leader is owed from the heal.
 _AT_ONCE = ("sigkill", "sigterm", "sigstop", "pg_terminate", "reset", *KEEPER_FAULTS)
 # Faults aimed at no node: the harness picks their target itself.
@@ -83,7 +83,7 @@ class Settings:
     renew_interval: float = 0.4
     retry_interval: float = 0.2
     poll_interval: float = 0.01
-    # Scheduling slack on top of DESIGN §1.6's ttl + retry_interval (a busy 2-core machine).
+    # Scheduling slack on top of rule 6's ttl + retry_interval (a busy 2-core machine).
     slack: float = 1.5
     faults: tuple[str, ...] = ()  # empty: every fault the backend supports
     leader_bias: float = 0.7  # how often a process or network fault aims at the leader
@@ -466,7 +466,7 @@ class Chaos(RequestFaults, SqliteFaults):
         code = await node.exited(15)
         took = time.monotonic() - fault.injected
         fault.params["exit_code"], fault.params["exit_s"] = code, round(took, 3)
-        self._check_exit(node, fault, code, 0, "sigterm_exit", "SIGTERM (DESIGN §1.7: exit 0)")
+        self._check_exit(node, fault, code, 0, "sigterm_exit", "SIGTERM (rule 7: exit 0)")
         await self._restart_later(node, delay)
 
     def _check_exit(
@@ -571,7 +571,7 @@ class Chaos(RequestFaults, SqliteFaults):
 
     async def _fault_duplicate_node_id(self, fault: Fault) -> None:
         """A second daemon with the target's node id (a copied config, two pods of one name)
-        runs for a while: it must never lead beside the first (DESIGN §1.9)."""
+        runs for a while: it must never lead beside the first (rule 9)."""
         target = self._node(fault)
         fault.params["twin_s"] = pause = round(self.rng.uniform(0.5, 2 * self.s.ttl), 3)
         daemon = self._daemon(f"{target.id}-twin", target.daemon.backend)

@@ -429,7 +429,7 @@ CASES: dict[str, list[Step]] = {
         Expect(LEADER, "node-a", term=2),
         Takeovers(["", "", "1"]),
     ],
-    "a backend clock step forward does not cut a live lease short (DESIGN §1.3)": [
+    "a backend clock step forward does not cut a live lease short (rule 3)": [
         Rival(),
         Round(),
         Advance(1),
@@ -461,7 +461,7 @@ CASES: dict[str, list[Step]] = {
         Round(),
         Expect(LEADER, "node-a", term=2),
     ],
-    "a duplicate node id is another holder: wait, then a new term (DESIGN §1.9)": [
+    "a duplicate node id is another holder: wait, then a new term (rule 9)": [
         Rival(TWIN),
         Round(),
         Expect(FOLLOWER, "node-a", term=1),
@@ -479,7 +479,7 @@ CASES: dict[str, list[Step]] = {
         Round(),
         Expect(LEADER, "node-a", term=2),
     ],
-    "a granted term at or below the high-water mark is refused, then released (DESIGN §1.4)": [
+    "a granted term at or below the high-water mark is refused, then released (rule 4)": [
         Rival(),
         Round(),
         RivalReleases(),
@@ -798,7 +798,7 @@ async def test_stream_gets_current_then_each_change() -> None:
     assert election.watchers == 0
 
 
-# ---- timing rules (DESIGN §1.8): each rejected with one line naming it ----
+# ---- timing rules (rule 8): each rejected with one line naming it ----
 
 BAD_TIMING = {
     "retry_interval must be > 0": Timing(retry_interval=0),
