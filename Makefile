@@ -1,13 +1,18 @@
 # The two commands the README puts first:
 #   make run    leaderd on its embedded default (SQLite), in the foreground
 #   make test   everything CI checks: installs what it needs, lint, types, the whole test suite
+#               (the fast lane first, so a broken rule shows in minutes; then all the rest)
+#   make test-fast  the fast lane alone: engine, rules, config, API, the contract on SQLite
 # Both work in a virtual environment (.venv), so they never touch the system Python
 # (Debian 12 and Ubuntu refuse `pip install` there: "externally managed environment").
 SYSTEM_PYTHON ?= python3
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 
-.PHONY: run test deps venv lint check bench chaos
+.PHONY: run test test-fast deps venv lint check bench chaos
+
+# The 25 slowest tests in every log: where the suite's time goes.
+PYTEST := $(PYTHON) -m pytest -ra --durations=25
 
 # The venv is made once; `python3 -m venv` needs Debian's python3-venv, installed here if missing.
 $(PYTHON):
@@ -28,7 +33,12 @@ lint: $(PYTHON)
 	$(PYTHON) -m mypy
 
 test: deps lint
-	$(PYTHON) -m pytest -ra
+	$(PYTEST) -m fast
+	$(PYTEST) -m "not fast"
+
+test-fast: $(PYTHON)
+	$(PYTHON) -m pip install -q --disable-pip-version-check -e '.[test]'
+	$(PYTEST) -m fast
 
 bench: $(PYTHON)
 	$(PYTHON) -m bench

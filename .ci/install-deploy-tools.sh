@@ -25,7 +25,8 @@ $SUDO apt-get install -y -qq --no-install-recommends \
 
 # Tools the tests run themselves, never as services: podman (with runc, which runs on a
 # hybrid cgroup hierarchy where Debian 12's crun does not) and debootstrap build and run
-# the image; haproxy and nginx route to the leader; prometheus brings promtool.
+# the image; haproxy and nginx route to the leader; prometheus brings promtool; bash and
+# zsh load the shell completion.
 # The services such a package enables are disabled again when this script installed it:
 # they would start at boot, and in the systemd machine that tests/deploy boots.
 podman_units=podman.socket,podman.service,podman-restart.service
@@ -33,7 +34,7 @@ podman_units+=,podman-auto-update.service,podman-auto-update.timer
 missing=()
 units=()
 for entry in "podman:$podman_units" runc: debootstrap: haproxy:haproxy.service nginx:nginx.service \
-             prometheus:prometheus.service; do
+             prometheus:prometheus.service zsh: bash-completion:; do
   package="${entry%%:*}"
   if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed"; then
     missing+=("$package")

@@ -1,9 +1,8 @@
 """The local HTTP API (docs/api.md): reads the engines' state, never touches a backend.
 
 Every answer is derived at the moment it is produced (``Election.status()``). There is no
-middleware on the hot path: unknown paths hit a catch-all route and wrong methods hit a
-per-resource fallback route, so errors are JSON without a wrapper around every request.
-Each handler only tells its connection (connections.py) when a request is in progress.
+middleware on the hot path: routing.py maps each path's methods to these handlers (HEAD
+and OPTIONS answer like GET), with fallback routes for the errors.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ import asyncio
 import contextlib
 import functools
 import socket
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import aiohttp
@@ -20,11 +19,12 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from . import jsonio, package_files, params
-from .connections import Connection, Connections, Site, factory
+from .connections import Connections, Site, factory
 from .engine import Election
 from .history import DEFAULT_LIMIT, MAX_LIMIT
 from .metrics import Metrics
 from .node import Node
+from .routing import Handler, error, route_fallback, route_get, route_post
 from .status import ElectionStatus, Role
 
 DEFAULT_WATCH_TIMEOUT = 30.0
@@ -33,11 +33,9 @@ STREAM_HEARTBEAT = 15.0
 MAX_WATCH_TIMEOUT = 300.0
 MAX_COOLDOWN = 86400.0
 _JSON = "application/json"
-_ALL_METHODS = "GET, HEAD, POST, OPTIONS"  # for OPTIONS on a path that does not exist
 _NDJSON = "application/x-ndjson"
 _SSE = "text/event-stream"
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 T = TypeVar("T")
 
 
@@ -66,40 +64,27 @@ def build_app(
     app.on_shutdown.append(api.on_shutdown)
     get: list[tuple[str, Handler]] = [
         ("/leader", api.leader),
-        ("/leader/{election}", api.leader),
         ("/standby", api.standby),
-        ("/standby/{election}", api.standby),
+        ("/watch", api.watch),
+        ("/members", api.members),
+        ("/history", api.history),
+    ]
+    for path, handler in get:
+        for tail in ("", "/{election}"):
+            route_get(app, path + tail, handler)
+    node_paths: list[tuple[str, Handler]] = [
         ("/status", api.status),
         ("/health", api.health),
         ("/ready", api.ready),
         ("/metrics", api.metrics),
         ("/openapi.json", api.openapi),
     ]
-    for path, handler in get:
-        _route(app, path, {"GET": handler, "HEAD": handler})
-    for path in ("/watch", "/watch/{election}"):
-        _route(app, path, {"GET": api.watch})
-    for path, handler in (("/members", api.members), ("/history", api.history)):
-        for tail in ("", "/{election}"):
-            _route(app, path + tail, {"GET": handler})
+    for path, handler in node_paths:
+        route_get(app, path, handler)
     for path in ("/resign", "/resign/{election}"):
-        _route(app, path, {"POST": api.forbidden if read_only else api.resign})
-    fallback = app.router.add_resource("/{path:.*}", name="fallback")
-    fallback.add_route("OPTIONS", _options(_ALL_METHODS))
-    fallback.add_route("*", _tracked(api.not_found))
+        route_post(app, path, api.forbidden if read_only else api.resign)
+    route_fallback(app, api.not_found)
     return app
-
-
-def api_routes(app: web.Application) -> set[tuple[str, str]]:
-    """(method, path) of every route the app serves, without the error fallbacks and
-    OPTIONS (which every path answers)."""
-    routes = set()
-    for route in app.router.routes():
-        info = route.resource.get_info() if route.resource else {}
-        path = info.get("path") or info.get("formatter")
-        if route.method not in ("*", "OPTIONS") and path is not None:
-            routes.add((route.method, str(path)))
-    return routes
 
 
 async def serve(
@@ -142,54 +127,6 @@ async def serve(
         await runner.cleanup()
         raise
     return runner
-
-
-def _tracked(handler: Handler) -> Handler:
-    """Tell the connection a request is in progress: no header or idle timeout then."""
-
-    @functools.wraps(handler)
-    async def run(request: web.Request) -> web.StreamResponse:
-        connection = request.protocol
-        if not isinstance(connection, Connection):  # aiohttp's test server
-            return await handler(request)
-        connection.request_started()
-        try:
-            return await handler(request)
-        finally:
-            connection.request_finished()
-
-    return run
-
-
-def _route(app: web.Application, path: str, handlers: dict[str, Handler]) -> None:
-    resource = app.router.add_resource(path)
-    for method, handler in handlers.items():
-        resource.add_route(method, _tracked(handler))
-    allow = ", ".join([*handlers, "OPTIONS"])
-    resource.add_route("OPTIONS", _options(allow))
-
-    async def method_not_allowed(request: web.Request) -> web.Response:
-        message = f"{request.method} is not allowed on {path}; use {allow}"
-        response = error(405, "method_not_allowed", message)
-        response.headers["Allow"] = allow
-        return response
-
-    resource.add_route("*", _tracked(method_not_allowed))
-
-
-def _options(allow: str) -> Handler:
-    """OPTIONS answers 200 with ``Allow`` on any path: HAProxy's default `option httpchk`
-    sends `OPTIONS /`. It says this listener answers; it is no health check."""
-
-    async def options(request: web.Request) -> web.Response:
-        return web.Response(status=200, headers={"Allow": allow})
-
-    return options
-
-
-def error(status: int, code: str, message: str) -> web.Response:
-    body = jsonio.dumps({"error": {"code": code, "message": message}})
-    return web.Response(body=body, status=status, content_type=_JSON)
 
 
 def _json(data: Any, status: int = 200, revision: int | None = None) -> web.Response:
@@ -269,6 +206,8 @@ class _Api:
             stream = params.flag(query.get("stream"), "stream")
         except params.BadParameter as exc:
             return error(400, "bad_parameter", str(exc))
+        if request.method != "GET":  # HEAD and OPTIONS answer at once, never a stream
+            return _json_status(election.status())
         accept = request.headers.get("Accept", "")
         if stream or _SSE in accept:
             sse = _SSE in accept or query.get("stream") == "sse"

@@ -16,9 +16,9 @@ import os
 import select
 import signal
 import subprocess
-import time
 
 from . import limits
+from .clock import boottime
 from .containment import (
     cgroup_empty,
     cgroup_kill,
@@ -123,7 +123,7 @@ def _end(orphan: int, me: int) -> None:
 async def bury(grip: Grip) -> None:
     """Once the keeper is gone: kill what is left of its tree, and reap what leaderd adopted
     from it, until none of it runs."""
-    me, since, said = os.getpid(), time.monotonic(), False
+    me, since, said = os.getpid(), boottime(), False
     while True:
         grip.kill()
         orphans = children(me)
@@ -132,7 +132,7 @@ async def bury(grip: Grip) -> None:
         if not orphans and grip.gone():
             grip.close()
             return
-        if not said and time.monotonic() - since > 5:
+        if not said and boottime() - since > 5:
             said = True  # a process in uninterruptible sleep dies only when it wakes
             log.warning("still waiting for the processes of a dead keeper to end: %s", orphans)
         await asyncio.sleep(0.01)
@@ -245,9 +245,9 @@ class Child:
         passes. A process whose parent died under one pass was adopted by the keeper (a
         subreaper) after that pass had read the keeper's children: the next pass finds it,
         even when the keeper is frozen."""
-        give_up = time.monotonic() + timeout
-        while not await self.gone(min(_REKILL, max(0.0, give_up - time.monotonic()))):
-            if time.monotonic() >= give_up:
+        give_up = boottime() + timeout
+        while not await self.gone(min(_REKILL, max(0.0, give_up - boottime()))):
+            if boottime() >= give_up:
                 return False
             self.grip.kill()
         return True

@@ -1,7 +1,7 @@
 """The command line (README, docs/api.md): run the daemon, or ask a running one.
 
 Exit codes: run: 0 clean stop, 1 runtime failure, 2 bad usage or configuration.
-status: 0 leader, 1 not leader, 2 usage, 3 daemon unreachable.
+status: 0 leader, 1 follower, 2 usage, 3 daemon unreachable, 4 role unknown (or stopping).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from . import __version__, client, early_signals, jsonio, lean_imports
-from .config import Config, ConfigError, client_socket, load
+from . import __version__, client, early_signals, jsonio, lean_imports, options
+from .config import Config, ConfigError, client_socket, listen_text, load
 
-EXIT_OK, EXIT_NOT_LEADER, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_OK, EXIT_NOT_LEADER, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_UNKNOWN = 0, 1, 2, 3, 4
 COMMANDS = ("run", "status", "watch", "resign", "members", "history", "check-config")
 
 
@@ -46,6 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if parsed.command == "run":
             return _run(parsed, command or [])
+        early_signals.release()  # blocked since leaderd's first line; Ctrl-C stops a client
         handler = {
             "check-config": _check_config,
             "status": _status,
@@ -63,19 +64,27 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="leaderd", description="Leader election sidecar.")
     parser.add_argument("--version", action="version", version=f"leaderd {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    run = sub.add_parser("run", help="run the daemon (the default) [-- COMMAND [ARG...]]")
-    _daemon_options(run)
+    run = sub.add_parser(
+        "run",
+        help="run the daemon (the default) [-- COMMAND [ARG...]]",
+        usage="leaderd run [options] [-- COMMAND [ARG...]]",
+        description="Run the daemon; with -- COMMAND, run COMMAND only while leading.",
+    )
+    options.daemon_options(run)
+    options.command_options(run)
     check = sub.add_parser("check-config", help="validate the configuration and exit")
-    _daemon_options(check)
+    options.daemon_options(check)
     status = sub.add_parser("status", help="who leads; exit 0 if this node does")
-    _client_options(status)
-    status.add_argument("--json", action="store_true", help="print the JSON answer")
+    options.client_options(status)
+    status.add_argument(
+        "--json", action="store_true", help="print GET /status (elections keyed by name)"
+    )
     status.add_argument("-q", "--quiet", action="store_true", help="print nothing")
     watch = sub.add_parser("watch", help="print one line per change")
-    _client_options(watch)
+    options.client_options(watch)
     watch.add_argument("--json", action="store_true", help="print one JSON object per change")
     resign = sub.add_parser("resign", help="step down now")
-    _client_options(resign)
+    options.client_options(resign)
     resign.add_argument(
         "--cooldown", type=float, metavar="S", help="do not campaign for S seconds (default: ttl)"
     )
@@ -86,73 +95,30 @@ def _parser() -> argparse.ArgumentParser:
     )
     resign.add_argument("--json", action="store_true", help="print the JSON answer")
     members = sub.add_parser("members", help="every member: role, address, last heard")
-    _client_options(members)
+    options.client_options(members)
     members.add_argument("--json", action="store_true", help="print the JSON answer")
     history = sub.add_parser("history", help="who led, from when to when, and how it ended")
-    _client_options(history)
+    options.client_options(history)
     history.add_argument("--limit", type=int, metavar="N", help="newest N records (default: 20)")
     history.add_argument("--json", action="store_true", help="print the JSON answer")
     return parser
 
 
-_S, _DEFAULT_FILE = {"type": float, "metavar": "S"}, "/etc/leaderd/leaderd.toml if it exists"
-# (flags, argparse options) of run and check-config; help texts also fill the man page.
-_DAEMON_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
-    (("-c", "--config"), {"dest": "config_file", "metavar": "FILE",
-                          "help": f"TOML configuration file (default: {_DEFAULT_FILE})"}),
-    (("--backend",), {"metavar": "URL", "help": "sqlite:///PATH, postgresql://..., "
-                      "postgresql+advisory://... or static:// (default: SQLite)"}),
-    (("--election",), {"dest": "elections", "action": "append", "metavar": "NAME",
-                       "help": "take part in election NAME (repeatable; default: default)"}),
-    (("--node-id",), {"metavar": "ID", "help": "this daemon's unique name (default: host name)"}),
-    (("--address",), {"metavar": "ADDR", "help": "published as leader.address while leading"}),
-    (("--socket",), {"metavar": "PATH", "help": "the API's Unix socket"}),
-    (("--socket-mode",), {"metavar": "MODE", "help": "the socket's permissions (default: 0660)"}),
-    (("--listen",), {"metavar": "HOST:PORT", "help": "also serve the API, read-only, on TCP"}),
-    (("--ttl",), {**_S, "help": "lease length (default: 15)"}),
-    (("--renew-interval",), {**_S, "help": "how often the leader renews (default: 5)"}),
-    (("--retry-interval",), {**_S, "help": "how often a follower tries (default: 2)"}),
-    (("--clock-drift",), {**_S, "help": "tolerated clock rate difference (default: 0.01)"}),
-    (("--safety-margin",), {**_S, "help": "taken off the local deadline (default: 0.2)"}),
-    (("--shutdown-timeout",), {**_S, "help": "bound on an orderly stop (default: 10)"}),
-    (("--kill-grace",), {**_S, "help": "SIGTERM to SIGKILL for COMMAND (default: 5)"}),
-    (("--on-exit",), {"choices": ("release", "restart"),
-                      "help": "when COMMAND exits: release the lease, or restart COMMAND"}),
-    (("--max-connections",), {"type": int, "metavar": "N",
-                              "help": "API connections per listener (default: 16384)"}),
-    (("--header-timeout",), {**_S, "help": "time to send a request's headers (default: 10)"}),
-    (("--keepalive-timeout",), {**_S, "help": "idle connections close after (default: 75)"}),
-    (("--log-format",), {"choices": ("text", "json"), "help": "text (default) or json"}),
-    (("--log-level",), {"metavar": "LEVEL", "help": "debug, info (default), warning, error"}),
-]  # fmt: skip
-
-
-def _daemon_options(p: argparse.ArgumentParser) -> None:
-    for flags, options in _DAEMON_OPTIONS:
-        p.add_argument(*flags, **options)
-
-
-def _client_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--socket", metavar="PATH")
-    p.add_argument("--election", metavar="NAME")
-
-
 def _config(args: argparse.Namespace, command: list[str]) -> Config:
-    from .backends import BackendFatal, UnknownBackend, backend_from_url
+    from . import preflight
 
     config = load(vars(args), file=args.config_file)
     if command and len(config.elections) != 1:
         names = ", ".join(e.name for e in config.elections)
         raise ConfigError(f"run -- COMMAND takes exactly one election (got {names})")
-    try:
-        backend_from_url(config.backend)  # parses the URL; connects to nothing
-    except (UnknownBackend, BackendFatal) as exc:
-        raise ConfigError(str(exc)) from None
+    if getattr(args, "try_for", None) is not None and not command:
+        raise ConfigError("--try goes with -- COMMAND")
+    preflight.check(config)
     return config
 
 
 def _run(args: argparse.Namespace, command: list[str]) -> int:
-    early_signals.hold()  # a stop during the imports below still hands over and exits 0
+    early_signals.hold()  # a stop since the first line, or during the imports below, exits 0
     lean_imports.import_aiohttp()
     try:
         config = _config(args, command)
@@ -162,7 +128,8 @@ def _run(args: argparse.Namespace, command: list[str]) -> int:
     from . import daemon, logs
 
     logs.setup(config.log_format, config.log_level)
-    _exit_now(daemon.run(config, command or None))
+    job = daemon.Job(command, args.try_for, args.exit_status == "fixed") if command else None
+    _exit_now(daemon.run(config, job))
 
 
 def _exit_now(code: int) -> NoReturn:
@@ -184,7 +151,8 @@ def _check_config(args: argparse.Namespace) -> int:
         print(f"leaderd: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(f"config ok: node {config.node_id}, backend {redact_url(config.backend)}")
-    print(f"socket {config.socket}, listen {config.listen or 'off'}")
+    print(f"config file {config.config_file or 'none (flags, environment and defaults)'}")
+    print(f"socket {config.socket}, listen {listen_text(config.listen)}")
     for e in config.elections:
         t = e.timing
         timing = f"ttl {t.ttl:g}s, renew {t.renew_interval:g}s, retry {t.retry_interval:g}s"
@@ -193,35 +161,48 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    """One election with --election; else every election in one table, and exit 0 only
-    if this node leads every one of them."""
+    """Every election (or --election's) in one table; exit 0 only if this node leads every
+    one, 4 if its role in one is unknown (the backend's last error tells why)."""
     path = client_socket(args.socket)
     try:
-        if args.election is not None:
-            code, body = client.request(path, "GET", client.election_path("/leader", args.election))
-            statuses = [body] if code in (200, 503) else []
-        else:
-            code, node = client.request(path, "GET", "/status")
-            statuses = list(node["elections"].values()) if code == 200 else []
-            body = statuses[0] if len(statuses) == 1 else statuses
+        code, node = client.request(path, "GET", "/status", args.timeout)
     except client.Unreachable as exc:
         return _fail(exc, EXIT_UNREACHABLE, args.quiet)
-    if not statuses:
-        return _fail(_error_message(body), EXIT_USAGE, args.quiet)
+    if code != 200 or not isinstance(node, dict):
+        return _fail(_error_message(node), EXIT_USAGE, args.quiet)
+    elections = node["elections"]
+    if args.election is not None:
+        if args.election not in elections:
+            here = ", ".join(elections)
+            return _fail(
+                f"unknown election {args.election!r} (here: {here})", EXIT_USAGE, args.quiet
+            )
+        node["elections"] = {args.election: elections[args.election]}
+    statuses = list(node["elections"].values())
     if args.json:
-        sys.stdout.write(jsonio.dumps(body, indent=True).decode() + "\n")
+        sys.stdout.write(jsonio.dumps(node, indent=True).decode() + "\n")
     elif not args.quiet:
         sys.stdout.write(_table(statuses))
-    return EXIT_OK if all(s["is_leader"] for s in statuses) else EXIT_NOT_LEADER
+    return _status_code(statuses, node["backend"]["last_error"], args.quiet)
+
+
+def _status_code(statuses: list[dict[str, Any]], last_error: str | None, quiet: bool) -> int:
+    if all(s["is_leader"] for s in statuses):
+        return EXIT_OK
+    unknown = [s["election"] for s in statuses if s["role"] in ("unknown", "stopped")]
+    if unknown:
+        reason = f"role unknown in {', '.join(unknown)}: {last_error or 'not known yet'}"
+        return _fail(reason, EXIT_UNKNOWN, quiet)
+    return EXIT_NOT_LEADER
 
 
 def _watch(args: argparse.Namespace) -> int:
     path = client_socket(args.socket)
     url = client.election_path("/watch", args.election, stream=1)
     try:
-        for code, status in client.stream(path, url):
+        for code, status in client.stream(path, url, args.timeout):
             if code != 200:
-                return _fail(_error_message(status, path, args.election), EXIT_USAGE, False)
+                return _fail(_error_message(status, path, args), EXIT_USAGE, False)
             line = jsonio.dumps(status).decode() if args.json else _line(status)
             print(line, flush=True)
     except client.Unreachable as exc:
@@ -234,13 +215,13 @@ def _resign(args: argparse.Namespace) -> int:
     cooldown = None if args.cooldown is None else f"{args.cooldown:g}"
     url = client.election_path("/resign", args.election, cooldown=cooldown, to=args.to)
     try:
-        code, body = client.request(path, "POST", url)
+        code, body = client.request(path, "POST", url, args.timeout)
     except client.Unreachable as exc:
         return _fail(exc, EXIT_UNREACHABLE, False)
     if code != 200:
         # 409: nothing to hand over from here (not the leader, or no standby can exist).
         failed = EXIT_NOT_LEADER if code == 409 else EXIT_USAGE
-        return _fail(_error_message(body, path, args.election), failed, False)
+        return _fail(_error_message(body, path, args), failed, False)
     print(jsonio.dumps(body).decode() if args.json else _line(body))
     return EXIT_OK
 
@@ -282,12 +263,13 @@ def _history(args: argparse.Namespace) -> int:
 def _get(args: argparse.Namespace, base: str, **query: Any) -> dict[str, Any] | int:
     """GET an election's answer; print it with --json. An exit code if it failed."""
     path = client_socket(args.socket)
+    url = client.election_path(base, args.election, **query)
     try:
-        code, body = client.request(path, "GET", client.election_path(base, args.election, **query))
+        code, body = client.request(path, "GET", url, args.timeout)
     except client.Unreachable as exc:
         return _fail(exc, EXIT_UNREACHABLE, False)
     if code != 200 or not isinstance(body, dict):
-        return _fail(_error_message(body, path, args.election), EXIT_USAGE, False)
+        return _fail(_error_message(body, path, args), EXIT_USAGE, False)
     if args.json:
         sys.stdout.write(jsonio.dumps(body, indent=True).decode() + "\n")
     return body
@@ -329,13 +311,14 @@ def _line(s: dict[str, Any]) -> str:
     )
 
 
-def _error_message(body: Any, socket_path: str = "", election: str | None = "") -> str:
+def _error_message(body: Any, socket_path: str = "", args: argparse.Namespace | None = None) -> str:
     """The API's error message; without --election while several run, which flag to add."""
     if not (isinstance(body, dict) and isinstance(body.get("error"), dict)):
         return f"unexpected answer: {body!r}"
-    if election is None and body["error"].get("code") == "unknown_election":
+    code = body["error"].get("code")
+    if args is not None and args.election is None and code == "unknown_election":
         try:
-            _, node = client.request(socket_path, "GET", "/status")
+            _, node = client.request(socket_path, "GET", "/status", args.timeout)
             names = ", ".join(node["elections"])
         except (client.Unreachable, KeyError, TypeError):
             names = "several"

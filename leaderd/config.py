@@ -6,6 +6,7 @@ the command line turns it into exit code 2.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import socket
@@ -40,6 +41,11 @@ _ENV = {
     "keepalive_timeout": "LEADERD_KEEPALIVE_TIMEOUT",
     **{key: f"LEADERD_{key.upper()}" for key in _TIMING_KEYS},
 }
+
+# Read elsewhere (the file, the elections, the etcd password), or set by leaderd for its
+# command (supervisor.py): a leaderd started by a job inherits those.
+_OTHER_ENV = ("LEADERD_CONFIG", "LEADERD_ELECTIONS", "LEADERD_ETCD_PASSWORD",
+              "LEADERD_ELECTION", "LEADERD_TERM")  # fmt: skip
 
 
 class ConfigError(ValueError):
@@ -83,6 +89,7 @@ def load(
 ) -> Config:
     """Merge flags (None means "not given"), environment and the TOML file, and validate."""
     env = os.environ if env is None else env
+    _check_variables(env)
     path = file or env.get("LEADERD_CONFIG") or _existing(DEFAULT_CONFIG_FILE)
     toml = read_toml(path) if path else {}
     settings = {k: v for k, v in toml.items() if k not in ("defaults", "elections")}
@@ -109,6 +116,23 @@ def load(
         header_timeout=_positive("header_timeout", settings.get("header_timeout", 10.0)),
         keepalive_timeout=_positive("keepalive_timeout", settings.get("keepalive_timeout", 75.0)),
     )
+
+
+def _check_variables(env: Mapping[str, str]) -> None:
+    """A misspelt LEADERD_* variable is an error, not a setting silently left out."""
+    known = sorted({*_ENV.values(), *_OTHER_ENV})
+    for name in sorted(env):
+        if name.startswith("LEADERD_") and name not in known:
+            (closest,) = difflib.get_close_matches(name, known, n=1, cutoff=0)
+            raise ConfigError(f"unknown environment variable {name} (did you mean {closest}?)")
+
+
+def listen_text(listen: tuple[str, int] | None) -> str:
+    """HOST:PORT as users write it ([::1]:4040 for IPv6); "off" without a listener."""
+    if listen is None:
+        return "off"
+    host, port = listen
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def read_toml(path: str, *, validate: bool = True) -> dict[str, Any]:

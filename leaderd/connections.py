@@ -24,7 +24,6 @@ import logging
 import resource
 import select
 import socket
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +31,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from . import jsonio
+from .clock import boottime
 
 log = logging.getLogger("leaderd.http")
 
@@ -85,7 +85,7 @@ class Connections:
 
     def arm(self, connection: Connection, seconds: float) -> None:
         loop = asyncio.get_running_loop()
-        self._deadlines[connection] = loop.time() + seconds
+        self._deadlines[connection] = boottime() + seconds
         if self._sweep is None:
             self._sweep = loop.call_later(self._sweep_every(), self._expire_due)
 
@@ -99,7 +99,7 @@ class Connections:
 
     def _expire_due(self) -> None:
         loop = asyncio.get_running_loop()
-        now = loop.time()
+        now = boottime()
         due = [c for c, deadline in self._deadlines.items() if deadline <= now]
         for connection in due:
             del self._deadlines[connection]
@@ -124,7 +124,7 @@ class Connections:
         if quiet:
             log.debug("bad request on the %s listener: %s", self.listener, reason)
             return
-        now = time.monotonic()
+        now = boottime()
         if now - self._logged_at < _LOG_EVERY:
             self._unlogged += 1
             return

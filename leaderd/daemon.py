@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -33,13 +34,25 @@ from .systemd import Notifier, listen_fds
 log = logging.getLogger("leaderd")
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+# run --try: not leader within the time given (sysexits' EX_TEMPFAIL: try again later).
+EXIT_NOT_LEADING = 75
 _SPAWN_RETRY = 1.0  # first wait after the child could not be started (EMFILE, EAGAIN)
 
 
+@dataclass(frozen=True)
+class Job:
+    """run -- COMMAND: the command, --try's time (None: campaign for ever) and whether
+    --exit-status fixed folds the child's failures into one status."""
+
+    command: list[str]
+    try_for: float | None = None
+    fixed_status: bool = False
+
+
 class Daemon:
-    def __init__(self, config: Config, command: list[str] | None = None) -> None:
+    def __init__(self, config: Config, job: Job | None = None) -> None:
         self.config = config
-        self.command = command
+        self.job = job
         self.notifier = Notifier()
         self.metrics = Metrics()
         self.exit_code = EXIT_OK
@@ -59,16 +72,7 @@ class Daemon:
     async def run(self) -> int:
         """Serve until a signal (or the supervised child) ends it; return the exit code."""
         cfg = self.config
-        sock_path = cfg.socket
         open_files = raise_open_files()
-        log.info(
-            "leaderd %s on %s; try: curl --unix-socket %s http://localhost/leader",
-            __version__,
-            sock_path,
-            sock_path,
-            extra=extra(Event.STARTING, socket=sock_path),
-        )
-        log.debug("open-file limit %d", open_files)
         self._install_signal_handlers()  # before the socket exists: a stop is never lost
         async with self._teardown:
             self._teardown.callback(self.notifier.close)
@@ -77,6 +81,7 @@ class Daemon:
             except (SocketInUse, SocketPathError) as exc:
                 log.error("%s", exc, extra=extra(Event.SOCKET_ERROR))
                 return EXIT_USAGE
+            _announce(self._unix.path, open_files)  # the curl it suggests now answers
             self._teardown.callback(self._unix.remove)
             backend = self.metrics.wrap(backend_from_url(cfg.backend))
             self._teardown.push_async_callback(_quietly, backend.close)
@@ -187,21 +192,40 @@ class Daemon:
             helpers.append(
                 asyncio.create_task(self._watchdog(node, self.notifier.watchdog_interval))
             )
-        if self.command:
-            helpers.append(asyncio.create_task(self._supervise(node)))
+        if self.job is not None:
+            helpers.append(asyncio.create_task(self._supervise(node, self.job)))
+        if self.job is not None and self.job.try_for is not None:
+            helpers.append(
+                asyncio.create_task(self._give_up_unless_leading(node, self.job.try_for))
+            )
         return helpers
 
-    async def _supervise(self, node: Node) -> None:
+    async def _give_up_unless_leading(self, node: Node, try_for: float) -> None:
+        """--try: stop, exit 75, unless this node leads within try_for of the start."""
+        election = node.election(None)
+        assert election is not None
+        led = asyncio.Event()
+        election.add_listener(lambda status: led.set() if status.is_leader else None)
+        if election.status().is_leader:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(led.wait(), try_for)
+        if not led.is_set() and not election.status().is_leader:
+            log.info("not leader of election %s within %gs (--try): giving up",
+                     election.name, try_for)  # fmt: skip
+            self.request_stop(EXIT_NOT_LEADING)
+
+    async def _supervise(self, node: Node, job: Job) -> None:
         from .supervisor import ChildStartError, Supervisor
 
         election = node.election(None)
         assert election is not None  # config makes run -- COMMAND take one election
-        assert self.command is not None
         supervisor = Supervisor(
-            self.command,
+            job.command,
             election,
             kill_grace=self.config.kill_grace,
             on_exit=self.config.on_exit,
+            fixed_status=job.fixed_status,
             socket_path=self._unix.path if self._unix else self.config.socket,
         )
         election.step_down_hook = supervisor.stop_child
@@ -312,9 +336,9 @@ async def _quietly(close: Callable[[], Awaitable[None]]) -> None:
         await close()
 
 
-def run(config: Config, command: list[str] | None = None) -> int:
+def run(config: Config, job: Job | None = None) -> int:
     """Run the daemon on uvloop when available; return the process exit code."""
-    daemon = Daemon(config, command)
+    daemon = Daemon(config, job)
     try:
         import uvloop
     except ImportError:
@@ -322,3 +346,14 @@ def run(config: Config, command: list[str] | None = None) -> int:
     # asyncio.Runner rather than uvloop.run: uvloop < 0.18 (Debian 12) has no run().
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(daemon.run())
+
+
+def _announce(sock_path: str, open_files: int) -> None:
+    log.info(
+        "leaderd %s on %s; try: curl --unix-socket %s http://localhost/leader",
+        __version__,
+        sock_path,
+        sock_path,
+        extra=extra(Event.STARTING, socket=sock_path),
+    )
+    log.debug("open-file limit %d", open_files)

@@ -271,11 +271,17 @@ class ElectionState:
         self.epoch += 1
 
     def on_lease(self, lease: Lease, request: Request, t_send: float, now: float) -> list[Note]:
-        """An answer to ``request`` (sent at ``t_send``) arrived at ``now``."""
+        """An answer to ``request`` (sent at ``t_send``) arrived at ``now``. A cached one is
+        news, not the request's own answer: it may end a hold, never start or extend one, nor
+        tell what an unanswered request did (docs/algorithm.md, "Only a request's own answer
+        makes a leader")."""
         high_water, self.high_water = self.high_water, max(self.high_water, lease.term)
-        self.lease, self.seen_at, self.last_error, self.lost = lease, t_send, None, None
-        self.ready, self.maybe_held = True, False
+        self.lease, self.seen_at, self.ready = lease, t_send, True
         notes = self._watch(lease, now) + self._hand_over_outcome(lease)
+        if lease.cached:
+            self.held_term = self.held_term if lease.held_by(self.candidate) else None
+            return notes
+        self.last_error, self.lost, self.maybe_held = None, None, False
         # A resign or stop that came while the request was in flight wins over its answer.
         in_doubt = self.in_doubt.still_mine(lease, self.candidate)  # never led on again
         campaigning = request.campaigning and request.epoch == self.epoch and not in_doubt
@@ -287,8 +293,8 @@ class ElectionState:
             # A renewal that answers after a pause yields a deadline already past: fenced.
             self.held_term, self.last_held_term = lease.term, lease.term
             self.deadline, self.renewed_at = self._deadline_after(t_send, lease), t_send
-        elif mine:
-            self.release_due, self.held_term = lease.term, None  # won after resign/stop
+        elif mine or in_doubt:  # won after resign/stop, or still named by a term in doubt
+            self.release_due, self.held_term = lease.term, None
         else:
             self.held_term = None
         return notes

@@ -25,6 +25,7 @@ from .backends.records import HISTORY_RETENTION, EndReason, Member
 from .clock import Clock, SystemClock
 from .election_state import MIN_DELAY, ElectionState, Note, Request, View
 from .events import Event, extra
+from .heartbeats import Heartbeats
 from .history import History
 from .release_doubt import version_of
 from .roster import Roster, roster
@@ -41,7 +42,6 @@ _Wake = Literal["poke", "change"] | Grant | LeaseLost | None
 _Held = tuple[int, str] | None  # a term this process holds, and the version last answered
 _WAKE_SPACING = 0.02  # a backend that reports changes nonstop gets at most one round per this
 _STALL_SLACK = 2.0  # how late a loop turn may be before /health reports a stall
-_HEARTBEATS_KEPT = 8  # own answered heartbeats a grant may count from (newest kept)
 T = TypeVar("T")
 
 
@@ -74,8 +74,7 @@ class Election:
         # The members the last answer listed, and when its request was sent.
         self._heard: tuple[Member, ...] = ()
         self._heard_at = -math.inf
-        # When the backend heard this process (its clock) -> when that request was sent.
-        self._heartbeats: dict[dt.datetime, float] = {}
+        self._heartbeats = Heartbeats()  # when our answered requests were heard, and sent
         self._history = History(name, (), None)
         self._history_of: tuple[str | None, str, int] | None = None  # the lease it was read at
         self._refresh(self._clock.now())
@@ -230,9 +229,10 @@ class Election:
             self.state.on_abandoned(request)
             return MIN_DELAY
         now = self._clock.now()
-        self.last_contact = self._clock.wall()
-        self._heard, self._heard_at = lease.members, t_send
-        self._note_heartbeat(lease.members, t_send)
+        if not lease.cached:  # news from a cache is no contact, and its members are old
+            self.last_contact = self._clock.wall()
+            self._heard, self._heard_at = lease.members, t_send
+        self._heartbeats.note(lease, t_send)
         self._log_notes(self.state.on_lease(lease, request, t_send, now))
         self._refresh(now)
         await self._read_history(lease, bool(request.lost_term))
@@ -240,23 +240,12 @@ class Election:
 
     # ---- the round's parts ----
 
-    def _note_heartbeat(self, members: tuple[Member, ...], t_send: float) -> None:
-        """Remember when the backend heard this process, for a grant that counts from it."""
-        me = self.candidate
-        for member in members:
-            if (member.node_id, member.instance) == (me.node_id, me.instance) and member.heard_at:
-                # The earliest send: two rounds may name one instant (an etcd member's heartbeat
-                # is this host's wall clock in milliseconds); counting from the first is safe.
-                self._heartbeats.setdefault(member.heard_at, t_send)
-        while len(self._heartbeats) > _HEARTBEATS_KEPT:
-            del self._heartbeats[next(iter(self._heartbeats))]
-
     def _take_grant(self, grant: Grant) -> float | None:
         """Lead on a release's grant, self-fencing from the request whose heartbeat its
         expiry counts from (docs/algorithm.md, "One-write hand-over"): no write of our own.
         Seconds to the next round; None when only a round can tell."""
-        t_send = self._heartbeats.get(grant.heard_at)
-        if t_send is None:  # not a heartbeat this process saw answered: ask the backend
+        t_send = self._heartbeats.sent_at(grant.heard_at)
+        if t_send is None:  # not a heartbeat of a request of ours answered: ask the backend
             return None
         now = self._clock.now()
         outcome = self.state.on_grant(grant.lease, t_send, now)

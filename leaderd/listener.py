@@ -17,6 +17,21 @@ class SocketPathError(RuntimeError):
     """The socket path cannot be used (bad directory, not a socket, too long)."""
 
 
+# sun_path: a Unix socket's path has at most 108 bytes.
+MAX_PATH_BYTES = 108
+
+
+def path_problem(path: str) -> str | None:
+    """Why ``path`` cannot be a Unix socket's path; None if it can."""
+    size = len(os.fsencode(path))
+    if size <= MAX_PATH_BYTES:
+        return None
+    return (
+        f"socket path {path} is {size} bytes; a Unix socket path has at most "
+        f"{MAX_PATH_BYTES}: choose a shorter --socket"
+    )
+
+
 class UnixListener:
     """A bound, listening Unix stream socket that knows whether the path is still ours."""
 
@@ -29,6 +44,9 @@ class UnixListener:
 
     @classmethod
     def bind(cls, path: str, mode: int, backlog: int = 1024) -> UnixListener:
+        problem = path_problem(path)
+        if problem is not None:
+            raise SocketPathError(problem)
         _prepare_directory(os.path.dirname(path) or ".")
         _remove_stale(path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)

@@ -12,7 +12,6 @@ and the Node on it; ``metrics.watch(node)``; ``build_app(node, metrics=metrics)`
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -30,6 +29,7 @@ from prometheus_client.registry import Collector
 from . import __version__
 from .backends.base import Backend, BackendError, Candidate, Grant, Lease
 from .backends.records import EndReason, Tenure
+from .clock import boottime
 from .connections import Connections
 from .engine import Election
 from .node import Node
@@ -330,14 +330,14 @@ class MeteredBackend(Backend):
         await self.inner.close()
 
     async def _timed(self, operation: str, request: Awaitable[T]) -> T:
-        start = time.perf_counter()
+        start = boottime()
         try:
             return await request
         except BackendError as exc:
             self._count(exc)
             raise
         finally:
-            self._seconds[operation].observe(time.perf_counter() - start)
+            self._seconds[operation].observe(boottime() - start)
 
     def _count(self, exc: BackendError) -> None:
         self._errors.labels(self._kind, type(exc).__name__).inc()

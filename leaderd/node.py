@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import __version__
 from .backends.base import Backend
+from .clock import boottime
 from .engine import Election
 from .status import format_time
 
@@ -18,7 +18,7 @@ class Node:
     node_id: str
     backend: Backend
     elections: dict[str, Election]
-    started_at: float = field(default_factory=time.monotonic)
+    started_at: float = field(default_factory=boottime)
     started_wall: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
 
     def election(self, name: str | None) -> Election | None:
@@ -54,7 +54,7 @@ class Node:
         return {
             "node_id": self.node_id,
             "version": __version__,
-            "uptime_s": round(time.monotonic() - self.started_at, 3),
+            "uptime_s": round(boottime() - self.started_at, 3),
             "started_at": format_time(self.started_wall),
             "ready": self.ready,
             "health": self.health() or "ok",

@@ -6,8 +6,8 @@ gave up. Had this process then renewed the same term and led on it, the late rel
 end (or grant away) a lease it believes it holds: two leaders. So after such a release this
 process never leads on that term again. While an answer still shows the term as its own, it
 does not campaign: it only observes, and releases again (conditioned on the version that
-answer carried); once an answer shows the term over (released, expired, another holder), no
-late release can match it any more and the process may campaign for a new term.
+answer carried); once an answer shows the term over (released, another holder, another
+term), no late release can match it any more and the process may campaign for a new term.
 """
 
 from __future__ import annotations
@@ -28,9 +28,12 @@ class ReleaseInDoubt:
         self.term = term
 
     def still_mine(self, lease: Lease, candidate: Candidate) -> bool:
-        """Whether ``lease`` still shows the term in doubt held by this process: not to be
-        led on. Any other answer ends the doubt: that term is over for good."""
-        if self.term is not None and not (lease.held_by(candidate) and lease.term == self.term):
+        """Whether ``lease`` still names this process with the term in doubt: not to be led
+        on. Only an answer naming another holder, no holder or another term ends the doubt.
+        An expired-looking answer does not: etcd reads a live lease with under a second left
+        as 0 s, and a keepalive would then renew the very term a late release still matches."""
+        named = (lease.holder, lease.instance) == (candidate.node_id, candidate.instance)
+        if self.term is not None and not (named and lease.term == self.term):
             self.term = None
         return self.term is not None
 

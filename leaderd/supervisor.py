@@ -22,7 +22,6 @@ import os
 import shlex
 import shutil
 import signal
-import time
 from typing import TYPE_CHECKING
 
 from .child import KEEPER_DIED, Child
@@ -39,6 +38,8 @@ log = logging.getLogger("leaderd.supervisor")
 
 _POLL = 0.1  # how often the lease deadline is re-read and passed on to the keeper
 _BACKOFF_FIRST, _BACKOFF_MAX = 1.0, 30.0
+# run --exit-status fixed: whatever status the child failed with.
+EXIT_CHILD_FAILED = 3
 # Who stopped the child at the lease deadline when leaderd did not (docs/run.md).
 _LATE = {
     DEADLINE_PASSED: "its keeper stopped it at the lease deadline, leaderd did not act in time",
@@ -65,11 +66,13 @@ class Supervisor:
         *,
         kill_grace: float,
         on_exit: str = "release",
+        fixed_status: bool = False,
         socket_path: str = "",
     ) -> None:
         self.command = command
         self.kill_grace = kill_grace
         self.on_exit = on_exit
+        self.fixed_status = fixed_status
         self._election = election
         self._socket_path = socket_path
         self._plan = Plan("session", ("session",))
@@ -97,13 +100,15 @@ class Supervisor:
         backoff = _BACKOFF_FIRST
         while True:
             term, deadline = await self._until_leading()
-            started = time.monotonic()
+            started = boottime()
             code = await self._run_once(term, deadline)
             if code is None:
                 continue
             how = _describe(code)
             if self.on_exit == "release":
                 status = code if code >= 0 else 128 - code
+                if self.fixed_status and status:  # never read as leaderd's own 1 or 2
+                    status = EXIT_CHILD_FAILED
                 log.info(
                     "child %s; releasing election %s and exiting with status %d",
                     how,
@@ -112,7 +117,7 @@ class Supervisor:
                     extra=extra(Event.CHILD_EXITED, status=status),
                 )
                 return status
-            if time.monotonic() - started >= _BACKOFF_MAX:
+            if boottime() - started >= _BACKOFF_MAX:
                 backoff = _BACKOFF_FIRST
             log.info(
                 "child %s; restarting it in %gs if still leader",
@@ -179,12 +184,12 @@ class Supervisor:
     async def _watch(self, child: Child) -> int | None:
         """Watch the lease for the child's whole life, from its keeper's first instant: a
         keeper that has not yet said the command runs may have started it already."""
-        spawned, announced = time.monotonic(), False
+        spawned, announced = boottime(), False
         while not child.exited.done():
             self._wake.clear()
             if child.running and not announced:
                 announced = self._announce(child)
-            elif not child.reported.done() and time.monotonic() - spawned > START_TIMEOUT:
+            elif not child.reported.done() and boottime() - spawned > START_TIMEOUT:
                 child.lost = f"said nothing in {START_TIMEOUT:g}s"
                 child.kill_keeper()
             reason, left = self._check(child)

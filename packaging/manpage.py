@@ -24,7 +24,8 @@ calling itself leader only until its local lease deadline, judged at the moment 
 answer; every lease carries a term, a fencing token that strictly increases.
 
 Backends are chosen by URL: sqlite:///PATH (one host), postgresql://... (a lease row),
-postgresql+advisory://... (a session advisory lock), static:// (always leader).
+postgresql+advisory://... (a session advisory lock), etcd://... (an etcd lease),
+static:// (always leader).
 
 Run without a command, leaderd runs the daemon ("run"). Settings come from flags, then
 LEADERD_* environment variables, then the TOML file, then built-in defaults."""
@@ -40,8 +41,9 @@ GET /history[/ELECTION]?limit=N lists the terms, newest first, and how each ende
 
 EXIT = [
     ("run", "0 clean stop, 1 runtime failure, 2 bad usage or configuration."),
-    ("status", "0 this node leads (every election shown), 1 it does not, 2 usage, "
-               "3 no daemon answers."),
+    ("status", "0 this node leads (every election shown), 1 it follows, 2 usage, "
+               "3 no daemon answers (within --timeout), 4 its role is unknown (the backend's "
+               "last error is printed) or it is stopping."),
     ("members, history", "0 answered, 2 usage or unknown election, 3 no daemon answers."),
     ("check-config", "0 the configuration is valid, 2 it is not."),
 ]  # fmt: skip
@@ -93,9 +95,8 @@ def page() -> str:
         "leaderd \\- leader election sidecar daemon",
         ".SH SYNOPSIS",
     ]
-    for name, sub in subs.items():
+    for sub in subs.values():
         usage = " ".join(sub.format_usage().removeprefix("usage: ").split())
-        usage += " [-- COMMAND [ARG...]]" if name == "run" else ""
         out += [".PP", roff(usage)]
     out += [".PP", "leaderd \\-\\-version"]
     out += [".SH DESCRIPTION", *paragraphs(DESCRIPTION), ".SH COMMANDS"]

@@ -1,5 +1,9 @@
-"""Shared test set-up: the PostgreSQL server plugin, and no daemon outliving its test."""
+"""Shared test set-up: the PostgreSQL server plugin, no daemon outliving its test, and none
+of this host's leaderd state in reach."""
 
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -7,6 +11,45 @@ import pytest
 from tests.daemons import Daemon
 
 pytest_plugins = ["tests.pg_fixtures"]
+
+# What a leaderd falls back to without flags, pointed away from this host's own leaderd:
+# its configuration file (/etc/leaderd/leaderd.toml), its socket and state directories
+# (/run/leaderd, /var/lib/leaderd as root) and its node id (the host name). Every process
+# a test starts inherits this environment; a test that means a default sets its own.
+_PRIVATE = tempfile.mkdtemp(prefix="leaderd-tests-")
+HOST_DEFAULTS = {
+    "LEADERD_CONFIG": os.devnull,
+    "RUNTIME_DIRECTORY": os.path.join(_PRIVATE, "run"),
+    "STATE_DIRECTORY": os.path.join(_PRIVATE, "state"),
+    "HOSTNAME": "leaderd-test-node",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ.update(HOST_DEFAULTS)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_PRIVATE, ignore_errors=True)
+
+
+# The fast lane (`make test-fast`, and first in `make test`): the rules, in about three
+# minutes. Whole directories and files under tests/, and the contract suite on the backends
+# that need no server.
+FAST_PATHS = ("engine/", "api/", "test_config.py", "test_config_fuzz.py", "test_structure")
+FAST_PATHS += ("test_host_isolation.py",)
+FAST_CONTRACT = ("backends/test_contract.py", "backends/test_contract_records.py")
+FAST_BACKENDS = ("sqlite", "static", "static-with-term-file")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests = os.path.dirname(__file__)
+    for item in items:
+        where = os.path.relpath(item.path, tests)
+        callspec = getattr(item, "callspec", None)
+        on_embedded = callspec is not None and callspec.params.get("store") in FAST_BACKENDS
+        if where.startswith(FAST_PATHS) or (where.startswith(FAST_CONTRACT) and on_embedded):
+            item.add_marker(pytest.mark.fast)
 
 
 @pytest.fixture(autouse=True)

@@ -179,8 +179,30 @@ def history(d: Daemon, limit: int) -> list[tuple[int, str, str | None]]:
     return [(r["term"], r["holder"], r["end_reason"]) for r in records]
 
 
+def released_to(new: Daemon, leader: Daemon, term: int, timeout: float) -> None:
+    """A hand-over at once: ``leader``'s ``term`` ended with its release and ``new`` holds
+    the next one. Had the release failed, the term would have ended "expired" (or "taken
+    over"), a ttl later."""
+    told = [(term + 1, new.node_id, None), (term, leader.node_id, "released")]
+    wait_for(lambda: history(new, 2) == told, timeout=timeout, what="the release in the history")
+
+
 def only_leader_for(leader: Daemon, others: Sequence[Daemon], seconds: float = 1.0) -> None:
     """For ``seconds``, ``leader`` alone answers "leader" (polled every 50 ms)."""
     for _ in range(max(1, round(seconds / 0.05))):
         assert leaders([leader, *others]) == [leader]
         time.sleep(0.05)
+
+
+def leaderd_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 30.0
+) -> subprocess.CompletedProcess[str]:
+    """`leaderd ARGS...` as a user runs it (this checkout's code); its output as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "leaderd", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        check=False,
+    )

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Run a cron job on exactly one host: every host's crontab runs this, only the leader works.
 #   */5 * * * *  /usr/local/bin/cron-job.sh /usr/local/bin/reap-old-sessions
-# `leaderd status -q` exits 0 only while this node leads (1 follower, 3 daemon unreachable).
+# `leaderd status -q` exits 0 only while this node leads (1 follower, 3 daemon unreachable,
+# 4 role unknown).
 set -eu
 ELECTION="${LEADERD_ELECTION:-default}"
 if ! leaderd status -q --election "$ELECTION"; then

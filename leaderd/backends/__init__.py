@@ -31,6 +31,8 @@ _SCHEMES: dict[str, tuple[str, str]] = {
     "etcd+https": ("leaderd.backends.etcd", "EtcdBackend"),
 }
 
+_FILE_SCHEMES = ("sqlite", "static")
+
 
 class UnknownBackend(ValueError):
     """The URL names no backend this build knows (a configuration error)."""
@@ -49,9 +51,12 @@ def redact_url(url: str) -> str:
         netloc = f"{user}{':***' if sep else ''}@{hostport}"
     query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
     redacted_query = [(k, "***" if k.lower() in ("password", "passfile") else v) for k, v in query]
-    return urllib.parse.urlunsplit(
+    text = urllib.parse.urlunsplit(
         (parts.scheme, netloc, parts.path, urllib.parse.urlencode(redacted_query), "")
     )
+    if not netloc and url[len(parts.scheme) + 1 :].startswith("//"):
+        text = f"{parts.scheme}://{text[len(parts.scheme) + 1 :]}"  # as written: sqlite:///x.db
+    return text
 
 
 def backend_from_url(url: str) -> Backend:
@@ -60,6 +65,18 @@ def backend_from_url(url: str) -> Backend:
     if scheme not in _SCHEMES:
         known = ", ".join(sorted({s + ":" for s in _SCHEMES}))
         raise UnknownBackend(f"unknown backend {redact_url(url)!r}: expected one of {known}")
+    if scheme not in _FILE_SCHEMES:
+        _check_ports(url)
     module_name, class_name = _SCHEMES[scheme]
     cls: type[Backend] = getattr(importlib.import_module(module_name), class_name)
     return cls.from_url(url)
+
+
+def _check_ports(url: str) -> None:
+    """Every host's port is a port number: 99999 would be refused for ever, not rejected."""
+    hosts = urllib.parse.urlsplit(url).netloc.rpartition("@")[2]
+    for host in hosts.split(","):
+        after_address = host.rpartition("]")[2] if host.startswith("[") else host
+        port = after_address.rpartition(":")[2] if ":" in after_address else ""
+        if port and not (port.isdigit() and 0 < int(port) < 65536):
+            raise BackendFatal(f"{redact_url(url)}: port {port!r} must be 1-65535")

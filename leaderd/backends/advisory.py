@@ -24,19 +24,18 @@ import asyncio
 import dataclasses
 import functools
 import math
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import asyncpg
 
+from ..clock import boottime
 from . import advisory_sql as sql
 from . import pg_records as records
 from .advisory_sql import advisory_key, session_settings
 from .base import Backend, BackendError, BackendFatal, BackendUnavailable, Candidate, Lease
 from .pgconn import Closer, connect, ensure_table, quote_literal_ms, request, rolled_back
 from .pglisten import Listener, notify_channel
-from .pgreservation import released_lease
 from .pgsettings import PgSettings
 from .records import EndReason, Tenure
 
@@ -67,7 +66,7 @@ class _Session:
     conn: Any = None
     ttl: float = _DEFAULT_TTL
     term: int | None = None  # set while this session holds the lock and the row
-    kept_at: float = -math.inf  # monotonic send time of the last claim or renewal that held
+    kept_at: float = -math.inf  # CLOCK_BOOTTIME send time of the last claim or renewal that held
     granted: bool = False  # the lock is granted, the row not claimed: an unreleased holder
     stale: bool = False  # close it before the next use
     known_term: int = 0  # the highest term any answer showed
@@ -218,22 +217,22 @@ class PostgresAdvisoryBackend(Backend):
         session's, and the engine leads until its deadline (at most one ttl after the last
         renewal was sent), so the session is kept, and retried, until then; closing it
         sooner could free the lock under a node that still answers "leader"."""
-        sent = time.monotonic()
+        sent = boottime()
         try:
             async with request(self._pg, "renewing the lock", timeout):
                 return self._claimed(s, ask, await self._cas(s, ask), sent)
         except BackendError:
-            if time.monotonic() >= s.kept_at + s.ttl:
+            if boottime() >= s.kept_at + s.ttl:
                 s.term, s.stale = None, True  # the engine's deadline has passed: let go
             raise
 
     async def _campaign(self, s: _Session, ask: _Ask, wait: float, timeout: float) -> Lease:
-        deadline = time.monotonic() + timeout
+        deadline = boottime() + timeout
         conn = await self._connection(s, ask.ttl, timeout)
         if not s.granted:
             if not s.planned:
                 await self._plan(s, ask)
-            lock_wait, grace = _lock_budget(wait, deadline - time.monotonic())
+            lock_wait, grace = _lock_budget(wait, deadline - boottime())
             known = max(s.known_term, ask.min_term - 1)  # min_term: the engine's high-water + 1
             granted = await self._lock(s, conn, lock_wait, grace, known)
             if not granted:
@@ -250,7 +249,7 @@ class PostgresAdvisoryBackend(Backend):
                         )
                     return lease
             s.granted = True
-        sent = time.monotonic()
+        sent = boottime()
         lease = self._claimed(s, ask, await self._cas(s, ask), sent)
         lasts = lease.holder is not None and not lease.expired
         if s.granted and (lasts or lease.reserved_against(ask.candidate)):
@@ -377,18 +376,18 @@ class PostgresAdvisoryBackend(Backend):
             if lease is not None:
                 return lease
             await asyncio.sleep(0.002 * (attempt + 1))
-        return _free(s.election, row, me, ttl)
+        return sql.free_lease(s.election, row, me, ttl)
 
     def _judge(self, election: str, row: Any, me: Candidate | None, ttl: float) -> Lease | None:
         """What an observer may say from one read; None while a claim is under way."""
         locked, recorded = row["lock_pid"] is not None, row["recorded"]
         if row["holder"] is None:  # released (its session may be freeing the lock)
-            return None if locked and not recorded else _free(election, row, me, ttl)
+            return None if locked and not recorded else sql.free_lease(election, row, me, ttl)
         if recorded:  # the holder's own session holds the lock: live, no expiry
             return sql.row_lease(election, row, True, me, ttl)
         if self._pg.takeover == "wait":  # unreleased: its lease lasts until expires_at
             return sql.row_lease(election, row, False, me, ttl)
-        return None if locked else _free(election, row, me, ttl)
+        return None if locked else sql.free_lease(election, row, me, ttl)
 
     # -- the lock session ----------------------------------------------------------
 
@@ -476,9 +475,3 @@ def _lock_budget(wait: float, left: float) -> tuple[float, float]:
     clock stepped back) answers lock_timeout only that much later."""
     lock_wait = max(0.0, min(wait, left - min(1.0, left / 2)))
     return lock_wait, min(_LOCK_ANSWER_GRACE, (left - lock_wait) / 2)
-
-
-def _free(election: str, row: Any, me: Candidate | None, ttl: float) -> Lease:
-    """The lock is free (or about to be): the row's term, its reservation while it lasts,
-    and the members it lists."""
-    return released_lease(election, row, records.members(row["members"], me, ttl))

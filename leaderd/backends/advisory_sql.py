@@ -10,13 +10,14 @@ import math
 from typing import Any
 
 from . import pg_records as records
-from .base import Candidate, Lease
+from .base import Candidate, Lease, heard_in
 from .pgconn import quote_literal_ms, version_sql
 from .pgreservation import (
     CLEAR,
     COLUMNS,
     RESERVE,
     lease_from_row,
+    released_lease,
     reservation_sql,
     reserved_sql,
 )
@@ -179,7 +180,13 @@ def row_lease(
     ``me``: the candidate whose heartbeat this statement was, listed as heard now."""
     members = records.members(row["members"], me, ttl)
     expires_in = None if live else max(0.0, float(row["expires_in"] or 0.0))
-    return lease_from_row(election, row, expires_in, members)
+    return heard_in(lease_from_row(election, row, expires_in, members), me)
+
+
+def free_lease(election: str, row: Any, me: Candidate | None, ttl: float) -> Lease:
+    """The lock is free (or about to be): the row's term, its reservation while it lasts,
+    and the members it lists (``me``: heard by this statement)."""
+    return heard_in(released_lease(election, row, records.members(row["members"], me, ttl)), me)
 
 
 def advisory_key(election: str) -> int:

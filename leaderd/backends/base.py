@@ -30,7 +30,12 @@ Contract shared by every backend (the contract test suite checks it):
 * Driver exceptions never escape: they are translated into ``BackendError``.
 * Every acquire-or-renew, and every observe that names a candidate, registers that candidate
   as a member (records.Member) in the same request, and the answer lists the election's
-  members; members silent for PRUNE_AFTER_TTLS of their ttl are deleted.
+  members and names that heartbeat (``Lease.heartbeat``); members silent for PRUNE_AFTER_TTLS
+  of their ttl are deleted.
+* Only a request's own answer makes a leader: an answer served from what the backend already
+  knew (a watch event) says so (``Lease.cached``) and names no heartbeat; a heartbeat written
+  by an earlier request that failed is never named (docs/algorithm.md, "Only a request's own
+  answer makes a leader").
 * Every change of holder is recorded (records.Tenure) in the transaction that makes it where
   the backend allows it, with how the previous term ended; HISTORY_RETENTION records are kept.
 """
@@ -41,7 +46,7 @@ import abc
 import datetime as dt
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from .. import __version__
@@ -116,6 +121,14 @@ class Lease:
     # The election's members as this request saw them (the asking candidate included);
     # not part of the lease's identity.
     members: tuple[Member, ...] = field(default=(), compare=False)
+    # The heartbeat this very request wrote of the asking candidate (its records.Member.heard_at,
+    # what a Grant names); None when it wrote none. Never a heartbeat an earlier request wrote.
+    heartbeat: dt.datetime | None = field(default=None, compare=False)
+    # True when the backend answered from what it already knew (a watch event), without a
+    # request of its own: news, which may name a holder or end a hold early, but never makes
+    # this process leader, moves a deadline or tells what an unanswered request did
+    # (docs/algorithm.md, "Only a request's own answer makes a leader").
+    cached: bool = field(default=False, compare=False)
 
     def held_by(self, candidate: Candidate) -> bool:
         """The lease is this very process's (node id and instance) and not expired."""
@@ -143,6 +156,17 @@ class Lease:
         return self.holder is not None and self.expires_in is not None and self.expires_in <= 0
 
 
+def heard_in(lease: Lease, candidate: Candidate | None) -> Lease:
+    """``lease`` naming, as its ``heartbeat``, the heard_at its members list gives
+    ``candidate`` (None: a read that wrote no heartbeat): for a backend whose request writes
+    the heartbeat and lists the members in one transaction, so the listed one is its own."""
+    if candidate is None:
+        return lease
+    me = (candidate.node_id, candidate.instance)
+    stamps = [m.heard_at for m in lease.members if (m.node_id, m.instance) == me]
+    return replace(lease, heartbeat=stamps[0] if stamps else None)
+
+
 @dataclass(frozen=True, slots=True)
 class Grant:
     """A release handed the lease to this process (docs/algorithm.md, "One-write hand-over").
@@ -152,7 +176,7 @@ class Grant:
     heard at ``heard_at`` (records.Member.heard_at), exactly. On postgresql:// the release
     set the expiry to that heartbeat plus the ttl; on etcd, the key is under this process's
     spare lease, which that request kept alive. The engine leads on the grant only if one of
-    its own answered requests was heard at that very instant, and self-fences from the
+    its own requests was answered with that very ``Lease.heartbeat``, and self-fences from the
     moment it sent that request.
     """
 
@@ -208,7 +232,8 @@ class Backend(abc.ABC):
         """Read the lease without changing it. Must be cheap: followers call it.
 
         With a ``candidate`` (and its ``ttl``), register it as a member in the same request
-        (a cooling-down node stays listed); the answer lists the members either way.
+        (a cooling-down node stays listed) and name that heartbeat (``Lease.heartbeat``); the
+        answer lists the members either way.
         """
 
     @abc.abstractmethod
@@ -240,8 +265,11 @@ class Backend(abc.ABC):
         answer is sent. Otherwise nothing changes and the current holder is returned.
         The caller holds the lease iff ``result.held_by(candidate)``.
 
-        The same request registers the candidate as a member and lists the members. An
-        acquisition records a history record for the new term and ends the previous one
+        The same request registers the candidate as a member, lists the members and names
+        that heartbeat (``Lease.heartbeat``). An answer not produced by a request of this
+        call (a watch event already told it) is ``cached`` and names no heartbeat.
+
+        An acquisition records a history record for the new term and ends the previous one
         (records.end_of_acquisition). ``lost_term``: a term this candidate stepped down from
         unable to reach the backend; its record, once ended, says "lost the backend".
 

@@ -31,25 +31,25 @@ import datetime as dt
 import itertools
 import logging
 import math
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import orjson
 
+from ..clock import boottime
 from .base import Backend, BackendError, BackendUnavailable, Candidate, Grant, Lease, LeaseLost
 from .etcd_gateway import EtcdClient, EtcdError, EtcdSettings, b64, prefix_end, unb64
 from .etcd_grant import Offers, grant_txn, successor
 from .etcd_records import Keys, MemberClock, now, tenures
 from .etcd_state import TEND as _TEND
+from .etcd_state import Ask, kept_in, reservation
 from .etcd_state import Holder as _Holder
 from .etcd_state import Spare as _Spare
 from .etcd_state import State as _State
 from .etcd_state import compare as _compare
 from .etcd_state import holder_of as _holder
 from .etcd_state import int_of as _int
-from .etcd_state import reservation
 from .etcd_state import revision_of as _revision
 from .etcd_state import when as _when
 from .etcd_watch import PrefixWatch
@@ -60,23 +60,6 @@ log = logging.getLogger(__name__)
 _DEFAULT_TIMEOUT = 5.0  # observe and release have no timeout argument
 _LEASE_NOT_FOUND = 5  # gRPC NOT_FOUND: "etcdserver: requested lease not found"
 _LESSOR_SWEEP = 0.5  # how often etcd's lessor deletes the keys of expired leases
-
-
-@dataclass(frozen=True)
-class _Ask:
-    """One acquire_or_renew: who asks, for how long, and until when it may take."""
-
-    election: str
-    me: Candidate
-    ttl: float
-    min_term: int
-    give_up: float  # time.monotonic()
-    lost_term: int = 0
-    campaigning: bool = True  # an observe's heartbeat is not: it withdraws any candidacy
-    heard_at: str = ""  # names this round's heartbeat, never another's (etcd_grant.py)
-
-    def left(self) -> float:
-        return self.give_up - time.monotonic()
 
 
 class EtcdBackend(Backend):
@@ -128,11 +111,16 @@ class EtcdBackend(Backend):
     async def observe(
         self, election: str, candidate: Candidate | None = None, ttl: float = 0.0
     ) -> Lease:
-        give_up = time.monotonic() + _DEFAULT_TIMEOUT
+        give_up = boottime() + _DEFAULT_TIMEOUT
         ask = None
         if candidate is not None:
-            ask = _Ask(election, candidate, ttl, 0, give_up, 0, False, self._heard_at())
+            ask = Ask(election, candidate, ttl, 0, give_up, 0, False, self._heard_at())
         state = await self._read(election, _DEFAULT_TIMEOUT, ask)
+        answer = await self._observed(election, state)
+        return answer if ask is None else replace(answer, heartbeat=kept_in(ask))
+
+    async def _observed(self, election: str, state: _State) -> Lease:
+        """The answer of an observe: a held lease with what its lessor says is left."""
         if state.holder is None:
             return await self._reserved_answer(election, state, _DEFAULT_TIMEOUT)
         body = {"ID": state.holder.lease}
@@ -151,15 +139,21 @@ class EtcdBackend(Backend):
         min_term: int = 0,
         lost_term: int = 0,
     ) -> Lease:
-        give_up = time.monotonic() + timeout
-        ask = _Ask(election, candidate, ttl, min_term, give_up, lost_term, True, self._heard_at())
+        give_up = boottime() + timeout
+        ask = Ask(election, candidate, ttl, min_term, give_up, lost_term, True, self._heard_at())
         self._me[election] = candidate
-        state, fresh = self._states.get(election), False
+        state = self._states.get(election)
         news = election in self._news and not lost_term  # a lost term is recorded by a read
         if news and state is not None and _theirs(state, candidate):
             # etcd committed what the watch event says: name that holder now, without a
-            # request; the next round reads (and heartbeats) as usual.
-            return self._answer(election, state, None)
+            # request (cached: it leads no one); the next round reads and heartbeats as usual.
+            return replace(self._answer(election, state, None), cached=True)
+        # Every path below wrote this round's heartbeat: the answer names it, and no other.
+        return replace(await self._campaign(ask, state), heartbeat=kept_in(ask))
+
+    async def _campaign(self, ask: Ask, state: _State | None) -> Lease:
+        """Read, acquire or renew, until etcd's answer says which (three races at most)."""
+        election, candidate, fresh = ask.election, ask.me, False
         for _ in range(3):
             # Another holder (or nothing known) is always read again; a key a watch event said
             # was freed, or our own, go straight to their transaction or keepalive.
@@ -317,7 +311,7 @@ class EtcdBackend(Backend):
 
     # ---- acquire, renew, and the spare lease ---------------------------------------------
 
-    async def _acquire(self, ask: _Ask, state: _State) -> tuple[_State, Lease | None]:
+    async def _acquire(self, ask: Ask, state: _State) -> tuple[_State, Lease | None]:
         """The transaction: take the free key and the next term, or learn who has them."""
         me, spare = ask.me, self._spares.pop(ask.election, None)
         if spare is None or not spare.ttl:  # none, or it had expired
@@ -350,7 +344,7 @@ class EtcdBackend(Backend):
         body["failure"] += [*self._heard(ask, spare), keys.list_members(), keys.list_candidates()]
         # A spare that is not fresh is kept alive with the transaction: its ttl then counts
         # from after the engine's t_send (0: it had expired). A fresh one counts what it has.
-        sent_at, refresh = time.monotonic(), not spare.fresh(ask.ttl)
+        sent_at, refresh = boottime(), not spare.fresh(ask.ttl)
         try:
             answer, kept = await asyncio.gather(
                 self._call("/v3/kv/txn", body, ask.left(), "acquiring the lease"),
@@ -361,7 +355,7 @@ class EtcdBackend(Backend):
                 raise
             return state, None  # the spare had expired: a new one next time round
         if refresh:
-            spare = replace(spare, ttl=kept, kept_at=sent_at, kept_in=_kept_in(ask))
+            spare = replace(spare, ttl=kept, kept_at=sent_at, kept_in=kept_in(ask))
         self._note_members(ask.election, answer, me)
         if not answer.get("succeeded"):
             self._note_offers(ask.election, answer)
@@ -374,10 +368,10 @@ class EtcdBackend(Backend):
         state = self._remember(ask.election, _State(revision, holder, term, revision))
         return state, self._answer(ask.election, state, max(0.0, spare.left()))
 
-    async def _renew(self, ask: _Ask, state: _State) -> tuple[_State, Lease | None]:
+    async def _renew(self, ask: Ask, state: _State) -> tuple[_State, Lease | None]:
         """Keep our key's lease alive, and check that the key is still ours under it."""
         assert state.holder is not None
-        ours, sent_at = state.holder, time.monotonic()
+        ours, sent_at = state.holder, boottime()
         spare = self._spares.get(ask.election)
         if spare is not None and spare.id == ours.lease:  # granted to us: our lease now
             del self._spares[ask.election]
@@ -387,12 +381,12 @@ class EtcdBackend(Backend):
         holder = state.holder
         if holder is None or holder.modified != ours.modified:
             if kept:  # the key went (deleted by hand) but the lease lives: a spare
-                self._spares[ask.election] = _Spare(ours.lease, kept, sent_at, _kept_in(ask))
+                self._spares[ask.election] = _Spare(ours.lease, kept, sent_at, kept_in(ask))
             return state, None
         # A lease the lessor found expired is lost even while its key still shows.
         return state, self._answer(ask.election, state, float(kept))
 
-    async def _look(self, ask: _Ask) -> _State:
+    async def _look(self, ask: Ask) -> _State:
         """A follower's round: read the election, and tend the spare meanwhile; without a
         spare, grant one first, so that this very round's heartbeat offers it."""
         spare = self._spares.get(ask.election)
@@ -402,26 +396,26 @@ class EtcdBackend(Backend):
         state, _ = await asyncio.gather(self._read(ask.election, ask.left(), ask), self._tend(ask))
         return state
 
-    async def _tend(self, ask: _Ask) -> None:
+    async def _tend(self, ask: Ask) -> None:
         """Have a live spare: grant one, or keep it alive before it stops being fresh."""
         spare = self._spares.get(ask.election)
         try:
             if spare is None or not spare.ttl:  # none, or it had expired
                 self._spares[ask.election] = await self._grant(ask)
             elif spare.left() < _TEND * ask.ttl:
-                sent_at = time.monotonic()
+                sent_at = boottime()
                 kept = await self._keepalive(spare.id, ask)
                 if self._spares.get(ask.election) is spare:
                     self._spares[ask.election] = replace(
-                        spare, ttl=kept, kept_at=sent_at, kept_in=_kept_in(ask)
+                        spare, ttl=kept, kept_at=sent_at, kept_in=kept_in(ask)
                     )
         except BackendError:
             return  # the round's own request says what is wrong
 
-    async def _grant(self, ask: _Ask) -> _Spare:
-        sent_at = time.monotonic()
+    async def _grant(self, ask: Ask) -> _Spare:
+        sent_at = boottime()
         lease, ttl = await self._grant_lease(ask.ttl, ask.left())
-        return _Spare(lease, ttl, sent_at, _kept_in(ask))
+        return _Spare(lease, ttl, sent_at, kept_in(ask))
 
     async def _grant_lease(self, ttl: float, timeout: float) -> tuple[int, int]:
         """A new etcd lease of at least ``ttl`` (whole seconds): its id and its ttl."""
@@ -432,7 +426,7 @@ class EtcdBackend(Backend):
             raise BackendUnavailable(f"granting a lease: etcd answered {answer!r}")
         return lease, granted
 
-    async def _keepalive(self, lease: int, ask: _Ask) -> int:
+    async def _keepalive(self, lease: int, ask: Ask) -> int:
         """The lease's ttl from now on; 0 if it has expired."""
         body = {"ID": lease}
         answer = await self._call("/v3/lease/keepalive", body, ask.left(), "renewing the lease")
@@ -440,7 +434,7 @@ class EtcdBackend(Backend):
 
     # ---- reading, remembering and answering ----------------------------------------------
 
-    async def _read(self, election: str, timeout: float, ask: _Ask | None = None) -> _State:
+    async def _read(self, election: str, timeout: float, ask: Ask | None = None) -> _State:
         """The keys of an election and its members, in one transaction (one revision);
         with ``ask``, that member's heartbeat too."""
         names = (self._key(election), self._term_key(election), self._reserved_key(election))
@@ -454,7 +448,7 @@ class EtcdBackend(Backend):
         await self._prune(election, max(0.001, timeout / 2))
         return self._remember(election, self._parse(answer))
 
-    def _heard(self, ask: _Ask | None, spare: _Spare | None = None) -> list[dict[str, Any]]:
+    def _heard(self, ask: Ask | None, spare: _Spare | None = None) -> list[dict[str, Any]]:
         """The operations of a member's heartbeat (and of a term it lost etcd in), and of
         its candidacy: withdrawn when not campaigning, else offering ``spare``."""
         if ask is None:
@@ -463,7 +457,7 @@ class EtcdBackend(Backend):
         lost = [keys.lost(ask.lost_term)] if ask.lost_term else []
         return [keys.heard(ask.me, ask.ttl, ask.heard_at), *lost, *self._offer(ask, spare)]
 
-    def _offer(self, ask: _Ask, spare: _Spare | None) -> list[dict[str, Any]]:
+    def _offer(self, ask: Ask, spare: _Spare | None) -> list[dict[str, Any]]:
         """Withdraw the candidacy when not campaigning; offer a spare the candidate key does
         not name yet, kept alive by a known round (etcd_grant.py)."""
         me, keys = ask.me, self._keys(ask.election)
@@ -599,11 +593,6 @@ class EtcdBackend(Backend):
 
     def _reserved_key(self, election: str) -> str:
         return f"{self._prefix}{election}/reserved"
-
-
-def _kept_in(ask: _Ask) -> dt.datetime:
-    """The round a grant or keepalive sent now is part of, as its heartbeat names it."""
-    return dt.datetime.fromisoformat(ask.heard_at)
 
 
 async def _nothing() -> int:

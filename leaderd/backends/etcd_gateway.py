@@ -14,7 +14,6 @@ import asyncio
 import base64
 import os
 import ssl
-import time
 import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -24,6 +23,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from ..clock import boottime
 from . import redact_url
 from .base import BackendError, BackendFatal, BackendUnavailable
 
@@ -190,11 +190,11 @@ class EtcdClient:
         preferred one gets half the time (a slow cluster is not a dead member), the others
         equal shares of the rest, so one that hangs leaves time for the next."""
         # Give up a moment before the caller does, so that it hears why, not just "timed out".
-        give_up = time.monotonic() + timeout - min(0.02, timeout / 10)
+        give_up = boottime() + timeout - min(0.02, timeout / 10)
         endpoints = self.settings.endpoints
         errors: dict[int, BackendError] = {}
         for attempt in range(len(endpoints)):
-            left = give_up - time.monotonic()
+            left = give_up - boottime()
             if left <= 0:
                 break
             index, rest = (self.preferred + attempt) % len(endpoints), len(endpoints) - attempt

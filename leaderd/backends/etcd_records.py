@@ -18,12 +18,12 @@ the etcd backend already sends, so they add no request.
 from __future__ import annotations
 
 import datetime as dt
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from ..clock import boottime
 from .base import Candidate
 from .etcd_gateway import b64, prefix_end, unb64
 from .records import HISTORY_RETENTION, PRUNE_AFTER_TTLS, EndReason, Member, Tenure
@@ -151,7 +151,7 @@ def tenures(election: str, answer: Any) -> list[Tenure]:
 
 
 class MemberClock:
-    """The members of every election, aged on this daemon's own clock (time.monotonic())."""
+    """The members of every election, aged on this daemon's own clock (CLOCK_BOOTTIME)."""
 
     def __init__(self) -> None:
         # member key -> (its mod revision, when this daemon first saw that revision)
@@ -161,7 +161,7 @@ class MemberClock:
         self, kvs: list[dict[str, Any]], me: Candidate | None, keys: Keys
     ) -> tuple[Member, ...]:
         """The members listed by ``kvs``, all of the election ``keys`` names."""
-        now, found = time.monotonic(), []
+        now, found = boottime(), []
         listed = {unb64(kv["key"]).decode(errors="replace") for kv in kvs}
         for gone in [k for k in self._seen if k.startswith(keys.members) and k not in listed]:
             del self._seen[gone]  # pruned, or deleted by hand: forget it
@@ -184,12 +184,12 @@ class MemberClock:
         """A watch event put the member key ``key`` at ``revision``."""
         seen = self._seen.get(key)
         if seen is None or seen[0] < revision:
-            self._seen[key] = (revision, time.monotonic())
+            self._seen[key] = (revision, boottime())
 
     def age(self, key: str) -> float | None:
         """Seconds since this daemon saw the member key at ``key`` change; None: never seen."""
         seen = self._seen.get(key)
-        return None if seen is None else time.monotonic() - seen[1]
+        return None if seen is None else boottime() - seen[1]
 
     def silent(self, members: tuple[Member, ...], keys: Keys) -> list[tuple[str, int]]:
         """(key, mod revision) of the members to prune: silent for PRUNE_AFTER_TTLS ttls."""

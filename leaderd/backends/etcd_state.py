@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from ..clock import boottime
+from .base import Candidate
 from .etcd_gateway import unb64
 
 log = logging.getLogger("leaderd.backends.etcd")
@@ -73,7 +74,7 @@ class Spare:
 
     id: int
     ttl: int  # its ttl in etcd: whole seconds, at least etcd's minimum
-    kept_at: float  # time.monotonic() when its grant or last keepalive was SENT
+    kept_at: float  # CLOCK_BOOTTIME when its grant or last keepalive was SENT: it ages on it
     # The heard_at of the round that sent that grant or keepalive (after the engine's send
     # time for the round): a release's grant of this lease counts from it. None: unknown.
     kept_in: dt.datetime | None = None
@@ -81,11 +82,33 @@ class Spare:
     def left(self) -> float:
         """Seconds it surely has left: its age counts as age / 0.9, so that whatever the
         clocks' rates (drift < 10%), it never outlasts what etcd's lessor gives it."""
-        return self.ttl - (time.monotonic() - self.kept_at) / SLOW
+        return self.ttl - (boottime() - self.kept_at) / SLOW
 
     def fresh(self, ttl: float) -> bool:
         """3/4 of a ttl left: the new leader's first deadline comes well after its first renewal."""
         return self.left() >= FRESH * ttl
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One request of the etcd backend: who asks, for how long, and until when it may take."""
+
+    election: str
+    me: Candidate
+    ttl: float
+    min_term: int
+    give_up: float  # on CLOCK_BOOTTIME: it bounds this request only
+    lost_term: int = 0
+    campaigning: bool = True  # an observe's heartbeat is not: it withdraws any candidacy
+    heard_at: str = ""  # names this round's heartbeat, never another's (etcd_grant.py)
+
+    def left(self) -> float:
+        return self.give_up - boottime()
+
+
+def kept_in(ask: Ask) -> dt.datetime:
+    """The round a grant or keepalive sent now is part of, as its heartbeat names it."""
+    return dt.datetime.fromisoformat(ask.heard_at)
 
 
 def compare(key: str, target: str, revision: int) -> dict[str, Any]:

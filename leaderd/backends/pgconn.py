@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import asyncpg
 
+from ..clock import boottime
 from .base import BackendError, BackendFatal, BackendUnavailable
 from .pgsettings import PgSettings
 
@@ -180,13 +180,13 @@ async def alter_as_owner(pg: PgSettings, conn: Any, alter: str, lacks: str) -> N
 
 
 class Deadline:
-    """A monotonic deadline for one request: what is left of ``timeout``."""
+    """A deadline for one request (CLOCK_BOOTTIME): what is left of ``timeout``."""
 
     def __init__(self, timeout: float) -> None:
-        self.at = time.monotonic() + max(0.0, timeout)
+        self.at = boottime() + max(0.0, timeout)
 
     def left(self) -> float:
-        return max(0.0, self.at - time.monotonic())
+        return max(0.0, self.at - boottime())
 
 
 def quote_literal_ms(seconds: float) -> str:

@@ -13,13 +13,13 @@ import datetime as dt
 import hashlib
 import logging
 import random
-import time
 from collections.abc import Callable
 from typing import Any
 
 import asyncpg
 import orjson
 
+from ..clock import boottime
 from ..events import Event, extra
 from .base import BackendError, Grant, Lease
 from .pgconn import connect, request
@@ -216,7 +216,7 @@ class Outage:
     when it starts, a summary every ``every`` seconds while it lasts, one line at its end."""
 
     def __init__(
-        self, what: str, every: float = 300.0, clock: Callable[[], float] = time.monotonic
+        self, what: str, every: float = 300.0, clock: Callable[[], float] = boottime
     ) -> None:
         self.what = what
         self.every = every

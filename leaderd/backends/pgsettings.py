@@ -14,6 +14,13 @@ from .base import BackendFatal
 _OWN_PARAMS = ("table", "schema", "application_name", "connect_timeout", "takeover")
 # Advisory backend: after an unreleased holder, wait out its lease, or take over at once.
 TAKEOVER_MODES = ("wait", "immediate")
+# libpq's values, which asyncpg checks only when it connects (exit 1, not a config error).
+_CHOICES = {
+    "sslmode": ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
+    "target_session_attrs": (
+        "any", "primary", "standby", "read-write", "read-only", "prefer-standby"
+    ),
+}  # fmt: skip
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
@@ -42,6 +49,7 @@ class PgSettings:
             query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
         except ValueError as exc:
             raise BackendFatal(f"invalid PostgreSQL URL {description}") from exc
+        _check_choices(query, description)
         own = {k: v for k, v in query if k in _OWN_PARAMS}
         rest = [(k, v) for k, v in query if k not in _OWN_PARAMS]
         schema = own.get("schema", "public")
@@ -81,3 +89,10 @@ class PgSettings:
         for secret in self.secrets:
             text = text.replace(secret, "***")
         return text.replace(self.dsn, self.description)
+
+
+def _check_choices(query: list[tuple[str, str]], description: str) -> None:
+    for key, value in query:
+        allowed = _CHOICES.get(key)
+        if allowed is not None and value not in allowed:
+            raise BackendFatal(f"{description}: {key} must be one of {', '.join(allowed)}")

@@ -28,7 +28,7 @@ from typing import Any
 import asyncpg
 
 from . import pg_records as records
-from .base import Backend, BackendUnavailable, Candidate, Grant, Lease
+from .base import Backend, BackendUnavailable, Candidate, Grant, Lease, heard_in
 from .pgconn import (
     Closer,
     Deadline,
@@ -198,7 +198,7 @@ class PostgresLeaseBackend(Backend):
         else:
             args = (election, me.node_id, me.instance, me.address, float(ttl), me.leaderd_version)
             rows = await self._request(doing, _DEFAULT_TIMEOUT, self._sql_observe_heard, *args)
-        return self._saw(_lease(election, rows[0] if rows else None, me, ttl))
+        return self._saw(heard_in(_lease(election, rows[0] if rows else None, me, ttl), me))
 
     async def acquire_or_renew(
         self,
@@ -218,7 +218,7 @@ class PostgresLeaseBackend(Backend):
         for _ in range(3):
             rows = await self._request("acquiring the lease", timeout, self._sql_acquire, *args)
             if rows:
-                return self._saw(_lease(election, rows[0], me, ttl))
+                return self._saw(heard_in(_lease(election, rows[0], me, ttl), me))
             # A concurrent first INSERT won, after this statement's snapshot: read again.
         raise BackendUnavailable(f"acquiring the lease on {self.description}: lost three races")
 

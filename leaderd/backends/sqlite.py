@@ -17,7 +17,6 @@ import logging
 import os
 import re
 import sqlite3
-import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
@@ -26,7 +25,7 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from ..clock import boottime
+from ..clock import boottime, wall_time
 from . import sqlite_grant
 from . import sqlite_records as records
 from .base import (
@@ -37,6 +36,7 @@ from .base import (
     Candidate,
     Grant,
     Lease,
+    heard_in,
 )
 from .records import EndReason, Member, Tenure
 from .sqlite_host import (
@@ -136,7 +136,7 @@ class SQLiteBackend(Backend):
         self._me[election] = candidate
         async with self._request("read", self._busy_timeout) as run:
             row, now, members = await run(self._heard, election, candidate, ttl)
-            return self._lease(election, row, now, members)
+            return heard_in(self._lease(election, row, now, members), candidate)
 
     def _heard(
         self, db: sqlite3.Connection, election: str, me: Candidate, ttl: float
@@ -175,7 +175,7 @@ class SQLiteBackend(Backend):
         self._me[election] = candidate
         async with self._request("acquire", timeout) as run:
             row, now, members = await run(self._claim, ask, candidate)
-            return self._lease(election, row, now, members)
+            return heard_in(self._lease(election, row, now, members), candidate)
 
     def _claim(
         self, db: sqlite3.Connection, ask: dict[str, Any], me: Candidate
@@ -187,7 +187,7 @@ class SQLiteBackend(Backend):
         now = boottime()  # read under the write lock: no one can commit in between
         before = _fetch(db, self._select, election)
         self._check_foreign(election, before)
-        wall = time.time()
+        wall = wall_time()
         db.execute(
             CAS.format(table=self.table),
             {
@@ -238,7 +238,7 @@ class SQLiteBackend(Backend):
         self, db: sqlite3.Connection, params: dict[str, Any], reason: EndReason, grant: bool
     ) -> None:
         db.execute("BEGIN IMMEDIATE")
-        wall = time.time()  # read under the write lock, as the member ages it compares
+        wall = wall_time()  # read under the write lock, as the member ages it compares
         params = {**params, "wall": iso(wall), "wall_seconds": wall, "now": boottime()}
         granted = grant and sqlite_grant.grant(db, self.table, params)
         if granted or db.execute(RELEASE.format(table=self.table), params).rowcount > 0:
@@ -387,7 +387,7 @@ class SQLiteBackend(Backend):
 
     def _clock(self, now: float, ttl: float) -> dict[str, Any]:
         """How a member's heartbeat is timed: this host's clocks, and the member's ttl."""
-        return {"wall": iso(time.time()), "boot_id": self._boot_id, "now": now, "ttl": ttl}
+        return {"wall": iso(wall_time()), "boot_id": self._boot_id, "now": now, "ttl": ttl}
 
     def _check_foreign(self, election: str, row: _Row | None) -> None:
         if row is not None:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Sequence
 from contextlib import suppress
 
 import aiosqlite
 
-from ..clock import boottime
+from ..clock import boottime, suspended_for, wall_time
 from . import sqlite_records
 
 SCHEMA_VERSION = 3
@@ -121,7 +120,7 @@ async def prepare(
 async def _seed(
     conn: aiosqlite.Connection, table: str, elections: Sequence[str], alone: bool, boot: str
 ) -> None:
-    floor = int(time.time() * 1000)
+    floor = int(wall_time() * 1000)
     for election in elections:
         if alone:
             await conn.execute(SEED.format(table=table), (election, floor))
@@ -146,6 +145,6 @@ async def _migrate(conn: aiosqlite.Connection, table: str) -> None:
     if "expires_mono" in columns:
         # A live lease keeps its remaining time: monotonic deadline + (boottime - monotonic).
         await conn.execute(f"ALTER TABLE {table} RENAME COLUMN expires_mono TO expires_boottime")
-        offset = boottime() - time.monotonic()
+        offset = suspended_for()
         sql = f"UPDATE {table} SET expires_boottime = expires_boottime + ?"
         await conn.execute(sql, (offset,))

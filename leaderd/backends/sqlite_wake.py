@@ -14,9 +14,9 @@ import logging
 import os
 import pathlib
 import sqlite3
-import time
 from contextlib import suppress
 
+from ..clock import boottime
 from .sqlite_host import persist_wal
 
 log = logging.getLogger(__name__)
@@ -117,14 +117,14 @@ class CommitWatcher:
         while self.waiters and not self._closed:
             if fast:
                 await asyncio.sleep(self.poll_interval)
-            elif time.monotonic() < fast_until:
+            elif boottime() < fast_until:
                 await asyncio.sleep(_SETTLE_POLL_INTERVAL)
             else:
                 with suppress(TimeoutError):
                     await asyncio.wait_for(written.wait(), _IDLE_POLL_INTERVAL)
             if written.is_set():
                 written.clear()
-                fast_until = time.monotonic() + _SETTLE_TIME
+                fast_until = boottime() + _SETTLE_TIME
             # A few microseconds on the loop thread: reads the WAL index in shared memory,
             # no disk I/O while nothing changed (an aiosqlite hop would cost ~50x more CPU).
             version = _data_version(conn)

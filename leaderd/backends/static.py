@@ -15,13 +15,13 @@ import contextlib
 import datetime as dt
 import json
 import os
-import time
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from typing import Any
 
-from .base import Backend, BackendFatal, BackendUnavailable, Candidate, Lease
+from ..clock import boottime
+from .base import Backend, BackendFatal, BackendUnavailable, Candidate, Lease, heard_in
 from .records import HISTORY_RETENTION, EndReason, Member, Tenure
 
 
@@ -35,7 +35,7 @@ class StaticBackend(Backend):
         self.term_file = term_file
         self._leases: dict[str, Lease] = {}
         self._changed: dict[str, asyncio.Event] = {}
-        # (election, node id, instance) -> (candidate, its ttl, when heard: monotonic, wall).
+        # (election, node id, instance) -> (candidate, its ttl, when heard: boottime, wall).
         self._members: dict[tuple[str, str, str], tuple[Candidate, float, float, dt.datetime]]
         self._members = {}
         self._history: dict[str, list[Tenure]] = {}
@@ -74,10 +74,10 @@ class StaticBackend(Backend):
         self, election: str, candidate: Candidate | None = None, ttl: float = 0.0
     ) -> Lease:
         if candidate is not None:
-            heard = (candidate, ttl, time.monotonic(), dt.datetime.now(dt.UTC))
+            heard = (candidate, ttl, boottime(), dt.datetime.now(dt.UTC))
             self._members[election, candidate.node_id, candidate.instance] = heard
         lease = self._leases.setdefault(election, _free(election, term=0))
-        return replace(lease, members=self._listed(election))
+        return heard_in(replace(lease, members=self._listed(election)), candidate)
 
     async def acquire_or_renew(
         self,
@@ -108,7 +108,7 @@ class StaticBackend(Backend):
             self._leases[election] = lease
             self._began(lease)
             self._wake(election)
-        return replace(lease, members=self._listed(election))
+        return heard_in(replace(lease, members=self._listed(election)), candidate)
 
     async def release(
         self,
@@ -145,7 +145,7 @@ class StaticBackend(Backend):
         self._wake_all()
 
     def _listed(self, election: str) -> tuple[Member, ...]:
-        now = time.monotonic()
+        now = boottime()
         return tuple(
             Member(c.node_id, c.instance, c.address, c.leaderd_version, ttl, wall, now - at)
             for (e, _, _), (c, ttl, at, wall) in sorted(self._members.items())

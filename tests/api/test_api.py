@@ -159,8 +159,8 @@ async def test_unknown_path_404_json(api: Any, path: str) -> None:
         ("DELETE", "/leader/default", "GET, HEAD, OPTIONS"),
         ("GET", "/resign", "POST, OPTIONS"),
         ("PUT", "/resign/default", "POST, OPTIONS"),
-        ("POST", "/watch", "GET, OPTIONS"),
-        ("HEAD", "/watch", "GET, OPTIONS"),
+        ("POST", "/watch", "GET, HEAD, OPTIONS"),
+        ("DELETE", "/members", "GET, HEAD, OPTIONS"),
         ("POST", "/status", "GET, HEAD, OPTIONS"),
         ("PATCH", "/metrics", "GET, HEAD, OPTIONS"),
     ],
@@ -369,21 +369,49 @@ async def test_standby_200_only_for_a_healthy_follower_that_knows_the_leader(
     assert (await client.get("/standby/nope")).status == 404
 
 
-@pytest.mark.parametrize(
-    ("path", "allow"),
-    [
-        ("/", "GET, HEAD, POST, OPTIONS"),
-        ("/no/such/path", "GET, HEAD, POST, OPTIONS"),
-        ("/leader", "GET, HEAD, OPTIONS"),
-        ("/standby/default", "GET, HEAD, OPTIONS"),
-        ("/watch", "GET, OPTIONS"),
-        ("/resign", "POST, OPTIONS"),
-    ],
-)
-async def test_options_answers_200_with_allow_on_any_path(api: Any, path: str, allow: str) -> None:
-    """HAProxy's default `option httpchk` sends `OPTIONS /`: it got 405."""
+# Every GET route (see test_openapi for the list being complete), some with a bad query.
+GET_PATHS = [
+    "/leader", "/leader/default", "/leader/nope", "/standby", "/standby/default",
+    "/watch?timeout=0", "/watch/default?timeout=0", "/watch?timeout=-1", "/members",
+    "/members/default", "/history", "/history/default?limit=0", "/status", "/health",
+    "/ready", "/metrics", "/openapi.json", "/no/such/path", "/leaderx",
+]  # fmt: skip
+
+
+def same_answer(resp: Any) -> tuple[int, dict[str, str]]:
+    """Status and headers, but the clock's and the (metrics) body length's."""
+    varying = {"Date", "Content-Length", "Allow"}
+    return resp.status, {k: v for k, v in resp.headers.items() if k not in varying}
+
+
+async def test_head_and_options_answer_like_get_on_every_get_path(api: Any) -> None:
+    """Patroni's HAProxy recipes check with `OPTIONS /leader`: it answered 200 on every
+    node, so a balancer routed writes to followers."""
+    node, client = await api(read_only=True)
+    election = node.elections["default"]
+    await eventually(lambda: election.status().is_leader)
+    for leading in (True, False):
+        if not leading:
+            election.resign(60)
+        for path in GET_PATHS:
+            get = await client.get(path)
+            for method in ("HEAD", "OPTIONS"):
+                resp = await client.request(method, path)
+                assert same_answer(resp) == same_answer(get), (method, path)
+                if get.status != 404 and method == "OPTIONS":
+                    assert resp.headers["Allow"] == "GET, HEAD, OPTIONS"
+        leader = await client.options("/leader")
+        assert leader.status == (200 if leading else 503)
+        assert (await leader.json())["is_leader"] is leading
+
+
+@pytest.mark.parametrize(("path", "allow"), [("/", "GET, HEAD, POST, OPTIONS"),
+                                             ("/resign", "POST, OPTIONS")])  # fmt: skip
+async def test_options_answers_200_with_allow_where_there_is_no_get(
+    api: Any, path: str, allow: str
+) -> None:
+    """HAProxy's bare `option httpchk` sends `OPTIONS /`: it got 405."""
     _, client = await api(read_only=True)
     resp = await client.options(path)
     assert resp.status == 200
     assert resp.headers["Allow"] == allow
-    assert (await client.request("PATCH", "/leader")).headers["Allow"] == "GET, HEAD, OPTIONS"

@@ -266,13 +266,14 @@ async def test_a_release_in_another_process_wakes_a_waiter_promptly(
     assert holder.stdin is not None and holder.stdout is not None
     term = int(await holder.stdout.readline())
     assert (await waiter.observe(E)).term == term
-    waiting = asyncio.create_task(waiter.wait_for_change(E, 5.0))
+    # Only a wake-up can end this wait before the test's: its own timeout is an hour, and
+    # the safety-net poll (30 s here) is past the test's 10 s too.
+    waiting = asyncio.create_task(waiter.wait_for_change(E, 3600))
     await asyncio.sleep(0.2)
     assert not waiting.done()
     holder.stdin.write(b"release\n")
-    released = float(await holder.stdout.readline())
+    await holder.stdout.readline()  # released
     await asyncio.wait_for(waiting, 10)
-    assert time.monotonic() - released < 1.0  # typically 2-3 ms
     assert await holder.wait() == 0
 
 

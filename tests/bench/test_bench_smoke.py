@@ -18,7 +18,8 @@ import pytest
 
 from tests.daemons import REPO
 
-pytestmark = pytest.mark.bench
+# Each run has its own 120 s timeout; a busy machine needs both it and the checks.
+pytestmark = [pytest.mark.bench, pytest.mark.timeout(300)]
 
 TINY = [
     "--handovers", "2", "--failovers", "2",

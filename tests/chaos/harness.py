@@ -18,6 +18,7 @@ import signal
 import sqlite3
 import sys
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -90,6 +91,9 @@ class Settings:
     unsafe: bool = False  # run tests/chaos/unsafe_daemon.py: self-fencing disabled
     keep: bool = False  # keep the work directory (daemon logs) even without violations
     supervise: bool = False  # every daemon runs a command (`run -- tests/chaos/command.py`)
+    # Stop once every fault kind was injected this many times (duration still caps the run);
+    # 0: run the whole duration. The test suite's short runs deal one deck each.
+    decks: int = 0
 
     @property
     def bound(self) -> float:
@@ -219,7 +223,7 @@ class Chaos(RequestFaults, SqliteFaults):
         await self._start()
         try:
             until = time.monotonic() + self.s.duration
-            while time.monotonic() < until:
+            while time.monotonic() < until and not self._dealt():
                 await self._one_fault()
             await self._heal_all()
             await self._check_watchers()
@@ -387,6 +391,13 @@ class Chaos(RequestFaults, SqliteFaults):
         self.restarts += 1
 
     # ---- faults ----
+
+    def _dealt(self) -> bool:
+        """Every kind injected ``decks`` times (never, with decks=0)."""
+        if not self.s.decks:
+            return False
+        injected = Counter(fault.kind for fault in self.faults)
+        return all(injected[kind] >= self.s.decks for kind in self.kinds)
 
     def _next_kind(self) -> str:
         """Every kind once per shuffled deck: a short run still sees each kind."""

@@ -20,7 +20,8 @@ def _leading_unfenced(self: election_state.ElectionState, now: float) -> bool:
     return self.held_term is not None and not self.stopping  # no `now < self.deadline`
 
 
-if os.environ.get("LEADERD_UNSAFE_NO_FENCE") == "1":
+# Taken out of the environment: leaderd refuses LEADERD_* variables it does not know.
+if os.environ.pop("LEADERD_UNSAFE_NO_FENCE", None) == "1":
     election_state.ElectionState.leading = _leading_unfenced  # type: ignore[method-assign]
 
 if __name__ == "__main__":

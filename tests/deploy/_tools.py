@@ -6,6 +6,7 @@ these tests exist to prove the artefacts pass the tool each ecosystem uses.
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -73,9 +74,12 @@ def source_copy(dest: Path) -> Path:
 
 def project_version() -> str:
     """leaderd.__version__, read from the source (the wheel's dynamic version)."""
-    namespace: dict[str, object] = {}
-    exec((ROOT / "leaderd" / "__init__.py").read_text(), namespace)
-    return str(namespace["__version__"])
+    # Read, not run: the package's first lines act on the process (stop signals).
+    tree = ast.parse((ROOT / "leaderd" / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "__version__":
+            return str(ast.literal_eval(node.value))
+    raise AssertionError("leaderd/__init__.py sets no __version__")
 
 
 def default_shutdown_timeout() -> float:

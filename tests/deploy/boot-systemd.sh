@@ -11,12 +11,21 @@
 # the host's /tmp.
 set -euo pipefail
 base="$1"     # holds stage/ (files to add to the root), and receives layer/ and root/
+# A tree stacked over the host's / in the lower layer: the test's stand-in for the host's files.
+host="${2:-}"
 mount --make-rprivate /
 mkdir -p "$base/layer" "$base/root"
 mount -t tmpfs tmpfs "$base/layer"
 mkdir -p "$base/layer/upper" "$base/layer/work"
+lower="/"
+if [ -n "$host" ]; then
+  # A layer of its own filesystem: overlayfs refuses a lower layer inside another (ELOOP).
+  mkdir -p "$base/layer/host"
+  cp -a "$host/." "$base/layer/host/"
+  lower="$base/layer/host:/"
+fi
 mount -t overlay overlay \
-  -o "lowerdir=/,upperdir=$base/layer/upper,workdir=$base/layer/work" "$base/root"
+  -o "lowerdir=$lower,upperdir=$base/layer/upper,workdir=$base/layer/work" "$base/root"
 r="$base/root"
 mount -t proc proc "$r/proc"
 mount --bind "$r/proc/sys" "$r/proc/sys"
@@ -26,6 +35,13 @@ mount --rbind /sys/fs/cgroup "$r/sys/fs/cgroup"
 mount --rbind /dev "$r/dev"
 mount -t tmpfs tmpfs "$r/run"
 mount -t tmpfs tmpfs "$r/tmp"
+# The host's own leaderd state must not show through: a lease its `make run` left for this
+# host name (the machine's too) would hold off the booted daemon. /run/leaderd is under the
+# fresh /run already; the state and configuration directories get fresh empty ones.
+for dir in var/lib/leaderd etc/leaderd; do
+  mkdir -p "$r/$dir"
+  mount -t tmpfs -o mode=0755 tmpfs "$r/$dir"
+done
 cp -a "$base/stage/." "$r/"
 chroot "$r" /bin/systemd-sysusers >/dev/null
 # pivot_root, not chroot: the kernel refuses a chrooted process new user namespaces, which

@@ -79,9 +79,12 @@ class App(BaseHTTPRequestHandler):
 
     daemon: Daemon  # set on each node's subclass
 
+    def leading(self) -> bool:
+        return leads(self.daemon)
+
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        leading = leads(self.daemon)
+        leading = self.leading()
         body = self.daemon.node_id.encode() if leading else b"not the leader"
         self.send_response(200 if leading else 503)
         self.send_header("Content-Length", str(len(body)))
@@ -90,6 +93,13 @@ class App(BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:
         pass
+
+
+class BlindApp(App):
+    """An app that takes every write: only the balancer's health check guards it."""
+
+    def leading(self) -> bool:
+        return True
 
 
 @dataclass
@@ -102,13 +112,14 @@ class Cluster:
     frontend_port: int = field(default_factory=lambda: free_port(FRONTEND))
     daemons: dict[str, Daemon] = field(default_factory=dict)
     servers: list[ThreadingHTTPServer] = field(default_factory=list)
+    app: type[App] = App
 
     def start(self) -> Cluster:
         for name, (_, ip) in NODES.items():
             daemon = Daemon(name, f"sqlite://{self.workdir}/lease.db", workdir=self.workdir,
                             extra_args=["--listen", f"{ip}:{self.listener_port}"])  # fmt: skip
             self.daemons[name] = daemon.start()
-            handler = type(f"App_{name}", (App,), {"daemon": daemon})
+            handler = type(f"App_{name}", (self.app,), {"daemon": daemon})
             server = ThreadingHTTPServer((ip, self.app_port), handler)
             threading.Thread(target=server.serve_forever, daemon=True).start()
             self.servers.append(server)
@@ -208,23 +219,75 @@ def handover(cluster: Cluster, stream: Stream, watch: float) -> Switch:
     return Switch(first, settled)
 
 
-def test_haproxy_recipe_routes_writes_to_the_leader(cluster: Cluster, tmp_path: Path) -> None:
-    haproxy = require("haproxy")
-    config = tmp_path / "haproxy.cfg"
+def haproxy_config(cluster: Cluster, prefix: Path, backend: str) -> Path:
+    """HAProxy's configuration: Debian's defaults, a stats socket in ``prefix``, and
+    ``backend`` (a recipe) localized to the cluster."""
+    config = prefix / "haproxy.cfg"
     config.write_text(
-        "global\n    maxconn 256\n\n"
+        f"global\n    maxconn 256\n    stats socket {prefix}/stats.sock\n\n"
         # As Debian's /etc/haproxy/haproxy.cfg sets them.
         "defaults\n    mode http\n    timeout connect 5000\n    timeout client 50000\n"
-        "    timeout server 50000\n\n" + cluster.localize(recipe("haproxy"))
+        "    timeout server 50000\n\n" + cluster.localize(backend)
     )
-    run([haproxy, "-c", "-f", config])
-    proxy = subprocess.Popen([haproxy, "-db", "-f", config], stderr=subprocess.PIPE, text=True)
+    run([require("haproxy"), "-c", "-f", config])
+    return config
+
+
+def servers_up(stats: Path) -> set[str]:
+    """The servers HAProxy marks UP, from `show stat` on its stats socket."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(stats))
+        s.sendall(b"show stat\n")
+        answer = b"".join(iter(lambda: s.recv(65536), b"")).decode()
+    rows = [line.split(",") for line in answer.splitlines() if line and line[0] != "#"]
+    return {row[1] for row in rows if row[1] in NODES and row[17] == "UP"}
+
+
+def test_haproxy_recipe_routes_writes_to_the_leader(cluster: Cluster, tmp_path: Path) -> None:
+    config = haproxy_config(cluster, tmp_path, recipe("haproxy"))
+    proxy = subprocess.Popen([require("haproxy"), "-db", "-f", config], stderr=subprocess.PIPE)
     try:
         wait_for(lambda: up(cluster.frontend_port), 10, what="haproxy to listen")
         switch = handover(cluster, Stream(cluster.frontend_port), watch=3)
         # HAProxy checks each node every second (inter 1s): by then the old leader is
         # marked down and the new one up (allowing for a check's own time on a busy machine).
         assert switch.first < 2.5 and switch.settled < 2.5, switch
+    finally:
+        proxy.terminate()
+        proxy.wait(10)
+
+
+@pytest.fixture
+def blind_cluster() -> Iterator[Cluster]:
+    nodes = Cluster(app=BlindApp)
+    try:
+        yield nodes.start()
+    finally:
+        nodes.stop()
+
+
+def test_haproxy_options_check_marks_only_the_leader_up(
+    blind_cluster: Cluster, tmp_path: Path
+) -> None:
+    """Patroni's recipes check with OPTIONS: it must answer like GET, or every node is UP
+    and an app that trusts its balancer takes writes on a follower."""
+    documented = recipe("haproxy")
+    patroni_style = documented.replace(
+        "option httpchk GET /leader", "option httpchk OPTIONS /leader"
+    )
+    assert patroni_style != documented
+    config = haproxy_config(blind_cluster, tmp_path, patroni_style)
+    proxy = subprocess.Popen([require("haproxy"), "-db", "-f", config])
+    try:
+        wait_for(lambda: up(blind_cluster.frontend_port), 10, what="haproxy to listen")
+        leader = leaders(list(blind_cluster.daemons.values()))[0].node_id
+        stats = tmp_path / "stats.sock"
+        wait_for(lambda: servers_up(stats) == {leader}, 10, what=f"only {leader} UP")
+        stream = Stream(blind_cluster.frontend_port)
+        wait_for(lambda: len(stream.answers) >= 100, 30, what="100 writes")
+        stream.stop()
+        assert {(code, who) for _, code, who in stream.answers} == {(200, leader)}
+        assert servers_up(stats) == {leader}
     finally:
         proxy.terminate()
         proxy.wait(10)

@@ -19,7 +19,8 @@ import pytest
 
 from ._tools import ROOT, project_version, require, run, source_copy
 
-pytestmark = pytest.mark.deploy
+# The container recipe's build step has its own 600 s timeout.
+pytestmark = [pytest.mark.deploy, pytest.mark.timeout(900)]
 
 DOCKERFILE = ROOT / "Dockerfile"
 

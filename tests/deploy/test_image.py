@@ -40,7 +40,8 @@ from tests.daemons import curl, short_tempdir, wait_for
 
 from ._tools import ROOT, require, run
 
-pytestmark = pytest.mark.deploy
+# Building the base image and the image (up to 600 + 900 s of their own timeouts).
+pytestmark = [pytest.mark.deploy, pytest.mark.timeout(1800)]
 
 STORE = "/var/lib/leaderd-test/containers"
 PODMAN_OPTIONS = [

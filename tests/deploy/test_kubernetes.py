@@ -94,7 +94,8 @@ def test_probes_use_health_and_ready_never_leader(pod: dict[str, Any]) -> None:
     assert leaderd["readinessProbe"]["httpGet"]["path"] == "/ready"
     port = leaderd["readinessProbe"]["httpGet"]["port"]
     (listener,) = [p for p in leaderd["ports"] if port in (p["name"], p["containerPort"])]
-    assert env(leaderd)["LEADERD_LISTEN"] == f"0.0.0.0:{listener['containerPort']}"
+    # [::]: IPv6 and IPv4, so single-stack IPv6 clusters' probes reach it too.
+    assert env(leaderd)["LEADERD_LISTEN"] == f"[::]:{listener['containerPort']}"
     text = (EXAMPLE / "deployment.yaml").read_text()
     assert "path: /leader" not in text, "readiness or liveness tied to leadership"
 

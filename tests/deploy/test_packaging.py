@@ -18,7 +18,8 @@ import pytest
 
 from ._tools import INSTALL_HINT, ROOT, project_version, require, require_module, run
 
-pytestmark = pytest.mark.deploy
+# Building the sdist, wheel and .deb (up to 600 + 900 s of their own timeouts).
+pytestmark = [pytest.mark.deploy, pytest.mark.timeout(1800)]
 
 DEBIAN_PYTHON = Path("/usr/bin/python3")
 DEBIAN_MODULES = ("aiohttp", "aiosqlite", "asyncpg", "jsonschema", "prometheus_client", "uvloop")
@@ -97,6 +98,8 @@ def test_deb_contents(deb: Path) -> None:
         "/etc/leaderd/leaderd.toml",
         "/usr/share/doc/leaderd/copyright",
         "/usr/share/leaderd/prometheus/leaderd.rules.yml",
+        "/usr/share/bash-completion/completions/leaderd",
+        "/usr/share/zsh/vendor-completions/_leaderd",
     }
     assert expected <= files, sorted(expected - files)
     assert not any("/tests/" in f or "__pycache__" in f for f in files)

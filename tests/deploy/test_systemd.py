@@ -152,9 +152,9 @@ def test_man_page_is_generated_from_the_parser_and_reads_cleanly() -> None:
     page = ROOT / "packaging" / "leaderd.8"
     done = run([sys.executable, ROOT / "packaging" / "manpage.py"])
     assert done.stdout == page.read_text(), "run: python packaging/manpage.py > " + str(page)
-    from leaderd.cli import _DAEMON_OPTIONS
+    from leaderd.options import DAEMON_OPTIONS
 
-    for flags, _ in _DAEMON_OPTIONS:
+    for flags, _ in DAEMON_OPTIONS:
         assert flags[-1].replace("-", "\\-") in done.stdout, flags
     man = run(["man", "--warnings", "-E", "UTF-8", "-l", page], env={"MANWIDTH": "80"})
     assert man.stderr == "", man.stderr
@@ -236,3 +236,29 @@ def test_example_config_uncommented_passes_check_config(tmp_path: Path) -> None:
         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
     )
     assert "config ok" in done.stdout
+
+
+def test_deployment_docs_give_each_units_score(unit_dir: Path) -> None:
+    """The template's was given as 1.5 while systemd-analyze said 1.8."""
+    text = " ".join((ROOT / "docs" / "deployment.md").read_text().split())
+    claims = {
+        SERVICE: r"`systemd-analyze security leaderd` rates the unit about ([0-9.]+)",
+        "leaderd@reindex.service": (
+            r"`systemd-analyze security leaderd@NAME` rates it about ([0-9.]+)"
+        ),
+    }
+    for unit, claim in claims.items():
+        found = re.search(claim, text)
+        assert found, claim
+        assert float(found.group(1)) == exposure(unit_dir, unit), unit
+
+
+def test_example_config_states_the_kill_grace_rule_of_the_code() -> None:
+    """It said `ttl - renew_interval` and left out clock_drift and safety_margin."""
+    from leaderd.timing import Timing
+
+    text = " ".join(EXAMPLE.read_text().replace("#", " ").split())
+    assert "ttl * (1 - clock_drift) - safety_margin - renew_interval" in text
+    room = Timing().lease_window - Timing().renew_interval
+    assert f"({room:g} with the default timing)" in text
+    assert "SQLite has no schema" in text

@@ -5,15 +5,21 @@ a tmpfs upper layer, read-only /proc/sys and /sys and no network, and boots
 /lib/systemd/systemd in it. The units and the example config are installed
 there unchanged; only /usr/bin/leaderd is a small launcher for this checkout,
 installed with its dependencies under /opt/leaderd. Needs root (unshare, overlay).
+
+The host's own leaderd state never reaches the machine: the script masks /var/lib/leaderd,
+/run/leaderd and /etc/leaderd. To prove it, the lower layer also holds a stand-in for the
+host's (plant_host_state): a lease held for this host name, which is the machine's too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,9 +28,13 @@ from pathlib import Path
 
 import pytest
 
+from leaderd.backends import Candidate, backend_from_url
+
 from ._tools import ROOT, require, run, source_copy
 
-pytestmark = pytest.mark.deploy
+# Staging a pip install (its own timeout: 600 s) and booting systemd: the module fixture's
+# first test pays for both.
+pytestmark = [pytest.mark.deploy, pytest.mark.timeout(900)]
 
 BOOT = Path(__file__).with_name("boot-systemd.sh")
 LAUNCHER = """#!/usr/bin/python3 -s
@@ -43,9 +53,10 @@ class Machine:
 
     def run(self, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         enter = ["nsenter", "-t", str(self.pid), "-m", "-p", "-r", "-w"]
-        # The machine's own PATH: the host's may hold a leaderd of a checkout in /tmp,
+        # The machine's own environment: ours points leaderd's defaults at a test directory
+        # (tests/conftest.py), and the host's PATH may hold a leaderd of a checkout in /tmp,
         # which the machine's private /tmp hides.
-        inside = ["env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+        inside = ["env", "-i", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
         return run([*enter, *inside, *cmd], check=check, timeout=60)
 
     def show(self, unit: str, prop: str) -> str:
@@ -81,8 +92,35 @@ def stage(where: Path) -> None:
     config.mkdir(parents=True)
     (config / "leaderd.toml").write_text((ROOT / "packaging" / "leaderd.toml").read_text())
     (config / "job.env").write_text("JOB_COMMAND=/bin/sleep 1000\n")
-    # A fresh state directory: the host's /var/lib/leaderd must not leak in.
-    (where / "var" / "lib" / "leaderd").mkdir(parents=True)
+
+
+# The machine's UTS namespace is a copy of the host's: the same host name, so the same
+# default node id.
+HOST_NAME = socket.gethostname()
+HOST_STATE = ("var/lib/leaderd", "run/leaderd", "etc/leaderd")
+PLANTED = "planted-host-state"
+
+
+def plant_host_state(host: Path) -> None:
+    """A stand-in for what a host's `make run` as root leaves behind, in the directories
+    the machine must not see: a lease on both of its elections for this host name (another
+    instance, an hour's ttl), and a marker file in each."""
+    for directory in HOST_STATE:
+        (host / directory).mkdir(parents=True)
+        (host / directory / PLANTED).write_text("the host's, not the machine's\n")
+    asyncio.run(_hold_leases(f"sqlite://{host / 'var/lib/leaderd/leaderd.db'}"))
+
+
+async def _hold_leases(url: str) -> None:
+    backend, elections = backend_from_url(url), ("default", "job")
+    holder = Candidate(HOST_NAME)
+    await backend.open(elections)
+    try:
+        for election in elections:
+            lease = await backend.acquire_or_renew(election, holder, 3600, timeout=30)
+            assert lease.held_by(holder), lease
+    finally:
+        await backend.close()
 
 
 @pytest.fixture(scope="module")
@@ -95,12 +133,13 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
         pytest.fail("/lib/systemd/systemd is missing: install systemd", pytrace=False)
     base = tmp_path_factory.mktemp("boot")
     stage(base / "stage")
+    plant_host_state(base / "host")
     log = open(base / "boot.log", "w")  # noqa: SIM115 - kept open while systemd runs
     # --kill-child: when unshare dies, systemd (PID 1 inside) and all under it die too;
     # timeout bounds the whole machine's life even if this test process is killed.
     unshare = subprocess.Popen(
         ["timeout", "-s", "KILL", "300", "unshare", "--mount", "--pid", "--net", "--uts",
-         "--ipc", "--fork", "--kill-child", BOOT, base],
+         "--ipc", "--fork", "--kill-child", BOOT, base, base / "host"],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     systemd_pid = None
@@ -150,6 +189,20 @@ def _systemd_pid(timeout_pid: int, base: Path) -> int:
                 continue
         time.sleep(0.2)
     pytest.fail(f"systemd did not start:\n{(base / 'boot.log').read_text()}")
+
+
+def test_host_leaderd_state_stays_outside(machine: Machine) -> None:
+    """Under the host's directories lies a lease for this host name: the machine sees none
+    of them, and its daemon leads at once instead of waiting out an hour's lease."""
+    for directory in HOST_STATE:
+        listing = machine.run("ls", "-A", f"/{directory}", check=False).stdout
+        assert PLANTED not in listing, f"/{directory}: {listing}"
+    machine.wait_for("leaderd active", lambda: machine.show("leaderd", "ActiveState") == "active")
+    # READY=1 came after the first round: a planted lease would make it a follower.
+    done = machine.run("leaderd", "status", "--json", check=False)
+    default = json.loads(done.stdout)["elections"]["default"]
+    assert default["is_leader"] and default["leader"]["node_id"] == HOST_NAME, default
+    assert done.returncode == 0, done.stderr
 
 
 def test_service_reports_its_status_line(machine: Machine) -> None:
@@ -250,6 +303,31 @@ def test_stop_releases_and_socket_activation_restarts(machine: Machine) -> None:
     assert machine.show("leaderd", "ActiveState") == "inactive"
     # The first question starts the daemon, which takes the socket from systemd.
     done = machine.run("leaderd", "status", check=False)
-    assert done.returncode in (0, 1), done.stdout + done.stderr
+    assert done.returncode in (0, 1, 4), done.stdout + done.stderr  # 4: before its first round
     machine.wait_for("READY=1", lambda: machine.show("leaderd", "ActiveState") == "active")
     assert machine.show("leaderd", "TriggeredBy") == "leaderd.socket"
+
+
+def test_a_configuration_error_is_not_restarted(machine: Machine) -> None:
+    """A SQLite file leaderd cannot create exited 1 after start, so Restart=on-failure
+    restarted it every 2 s; caught before start, it exits 2 and RestartPreventExitStatus=2
+    holds."""
+    dropin = "/etc/systemd/system/leaderd.service.d/broken.conf"
+    machine.run("systemctl", "stop", "leaderd.socket", "leaderd")
+    machine.run("mkdir", "-p", os.path.dirname(dropin))
+    machine.run("sh", "-c", f"printf '[Service]\\nEnvironment=LEADERD_BACKEND=%s\\n' "
+                f"sqlite:///proc/x.db > {dropin}")  # fmt: skip
+    machine.run("systemctl", "daemon-reload")
+    try:
+        machine.run("systemctl", "start", "leaderd", check=False)
+        machine.wait_for(
+            "leaderd failed", lambda: machine.show("leaderd", "ActiveState") == "failed"
+        )
+        assert machine.show("leaderd", "ExecMainStatus") == "2"
+        assert machine.show("leaderd", "NRestarts") == "0"
+        journal = machine.run("journalctl", "-u", "leaderd", "--no-pager", "-o", "cat").stdout
+        assert "leaderd: SQLite file /proc/x.db: cannot create files in /proc" in journal, journal
+    finally:
+        machine.run("rm", dropin)
+        machine.run("systemctl", "daemon-reload")
+        machine.run("systemctl", "reset-failed", "leaderd")

@@ -22,6 +22,7 @@ from leaderd.backends.base import (
     Grant,
     Lease,
     LeaseLost,
+    heard_in,
 )
 from leaderd.backends.records import EndReason, Member, Tenure
 from leaderd.clock import boottime
@@ -198,6 +199,14 @@ class LeaseStore:
                       version=str(row.version))  # fmt: skip
         self.last_grant = Grant(lease, at)
 
+    def cached(self, election: str) -> Lease:
+        """The lease as news from a cache: every member as last heard, no heartbeat."""
+        members = tuple(
+            Member(node, instance, "", "", ttl, at, (self.clock.wall() - at).total_seconds())
+            for (node, instance), (at, _, ttl) in sorted(self.heard.items())
+        )
+        return dataclasses.replace(self.lease(election), members=members, cached=True)
+
     def touch(self) -> None:
         """A change every waiter hears of, with nothing changed (another key's event)."""
         self._wake()
@@ -223,6 +232,11 @@ class Script:
     lose_to: Candidate | None = None
     # The next acquire is served, then its answer is lost (BackendUnavailable).
     lose_answer: bool = False
+    # The next acquire writes its heartbeat (and keeps a spare alive), then fails.
+    heard_then_lost: bool = False
+    # The next acquire is answered from a cache (an etcd watch event): no request, the
+    # members as last heard, ``cached`` and no heartbeat of its own.
+    cached: bool = False
     # wait_for_change returns this grant once (a backend whose NOTIFY carried it).
     grant: Grant | None = None
     # The next acquire is served at once, but its answer arrives at this time.
@@ -286,7 +300,8 @@ class RecordingBackend(Backend):
         lease = self.store.lease(election)
         if candidate is None:
             return lease
-        return dataclasses.replace(lease, members=self.store.hear(candidate, False, ttl))
+        return heard_in(dataclasses.replace(lease, members=self.store.hear(candidate, False, ttl)),
+                        candidate)  # fmt: skip
 
     async def acquire_or_renew(
         self,
@@ -303,7 +318,14 @@ class RecordingBackend(Backend):
         self.lost_terms.append(lost_term)
         self._enter("acquire_or_renew", election, candidate.node_id, ttl, timeout)
         self.takeovers.append(takeover)
+        if self.script.cached:
+            self.script.cached = False
+            return self.store.cached(election)
         await self._hang(timeout)
+        if self.script.heard_then_lost:
+            self.script.heard_then_lost = False
+            self.store.hear(candidate, True, ttl)
+            raise BackendUnavailable("acquire_or_renew: timed out after the read (scripted)")
         if self.script.lose_to is not None:
             rival, self.script.lose_to = self.script.lose_to, None
             self.store.take(election, rival, ttl, self.store.lease(election).version)
@@ -317,7 +339,8 @@ class RecordingBackend(Backend):
         if self.script.answer_at is not None:
             until, self.script.answer_at = self.script.answer_at, None
             await self.store.clock.sleep_until(until)
-        return dataclasses.replace(lease, members=self.store.hear(candidate, True, ttl))
+        return heard_in(dataclasses.replace(lease, members=self.store.hear(candidate, True, ttl)),
+                        candidate)  # fmt: skip
 
     async def release(
         self,

@@ -64,8 +64,8 @@ async def test_a_standby_leads_on_the_grant_without_a_request_of_its_own() -> No
 async def test_the_deadline_counts_from_the_heartbeat_the_grant_names_not_a_later_one() -> None:
     store = LeaseStore(RealClock())
     a, b, b_backend, tasks = await leader_and_standby(store)
-    await until(lambda: len(b._heartbeats) >= 2, within=3.0)
-    (older, sent_older), (_, sent_newer) = list(b._heartbeats.items())[-2:]
+    await until(lambda: len(b._heartbeats.sent) >= 2, within=3.0)
+    (older, sent_older), (_, sent_newer) = list(b._heartbeats.sent.items())[-2:]
     assert sent_older < sent_newer
     b_backend.script.grant = granted_to(B, store, 2, older)
     await until(lambda: b.status().is_leader, within=1.5)
@@ -93,7 +93,7 @@ async def test_a_node_cooling_down_gives_a_grant_back_at_once() -> None:
     store = LeaseStore(RealClock())
     a, b, b_backend, tasks = await leader_and_standby(store, a_grants=False)
     b.resign(cooldown=10.0)  # not leading: a resign only starts the cooldown
-    heard = next(iter(b._heartbeats))
+    heard = next(iter(b._heartbeats.sent))
     b_backend.script.grant = granted_to(B, store, 5, heard)
     await until(lambda: b_backend.methods("release") != [], within=0.5)
     assert b_backend.methods("release")[0].args[:4] == ("default", "node-b", 5)

@@ -17,7 +17,6 @@ from leaderd.backends.pglisten import notify_channel
 from tests.pgserver import PgServer
 from tests.postgres.helpers import (
     WAITING_FOR_A_LOCK,
-    Stopwatch,
     admin,
     lock_queue_empties,
     opened,
@@ -88,20 +87,21 @@ async def test_terminated_holder_steps_down_and_a_waiter_takes_over(
     u, e = url(pg_server, takeover="immediate"), unique()
     async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
         mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
-        waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5))
-        holder_wakes = asyncio.create_task(a.wait_for_change(e, 5))
+        # Only the termination can end either wait before the test's: the lock wait and the
+        # holder's wait for a change are each longer than the test waits for them.
+        waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=70, wait=60))
+        holder_wakes = asyncio.create_task(a.wait_for_change(e, 3600))
         await blocked(other, e, 1)
         t0 = time.monotonic()
         await other.execute("SELECT pg_terminate_backend($1)", session_pid(a, e))
-        theirs = await asyncio.wait_for(waiter, 2)
+        theirs = await asyncio.wait_for(waiter, 10)
         took_over = time.monotonic() - t0
-        await asyncio.wait_for(holder_wakes, 1)
-        # asyncpg's termination listener told the holder its session ended, at once.
-        assert await until(lambda: a._sessions[e].conn is None, 0.5)  # type: ignore[attr-defined]
-        assert time.monotonic() - t0 < 0.6
+        await asyncio.wait_for(holder_wakes, 10)
+        # asyncpg's termination listener told the holder its session ended: it made no
+        # request since, so nothing else can have noticed.
+        assert await until(lambda: a._sessions[e].conn is None, 10)  # type: ignore[attr-defined]
         assert theirs.held_by(B) and theirs.term == mine.term + 1
         print(f"\nadvisory: holder terminated -> waiter holds in {took_over * 1000:.1f} ms")
-        assert took_over < 0.5
         after = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
         assert not after.held_by(A)
         seen = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
@@ -205,13 +205,13 @@ async def lose_the_race(pg: PgServer, cancel_works: bool) -> tuple[str, bool]:
             asyncio.create_task(third.acquire_or_renew(e, c, ttl=15, timeout=10, wait=5)),
         ]
         await blocked(other, e, 2)
-        with Stopwatch() as sw:
-            await a.release(e, A, mine.term)
-            answers = await asyncio.wait_for(asyncio.gather(*waiters), 3)
-        # The loser does not sit out its 5 s lock wait naming the old holder.
+        await a.release(e, A, mine.term)
+        # The loser does not sit out its 5 s lock wait naming the old holder: both answer
+        # before it could have ended.
+        answers = await asyncio.wait_for(asyncio.gather(*waiters), 3)
         winner = answers[0].holder
         assert winner in standbys and all(x.holder == winner for x in answers), answers
-        assert answers[0].term == mine.term + 1 and sw.elapsed < 1.0
+        assert answers[0].term == mine.term + 1
         assert await lock_queue_empties(other, LOSER_APP)
         loser = next(node for node in standbys if node != winner)
         return loser, session_pid(standbys[loser], e) == pids[loser]
@@ -321,9 +321,9 @@ async def test_a_stuck_keepalive_fails_and_keeps_the_lock_while_the_leader_may_l
         os.kill(pid, signal.SIGSTOP)  # the server side of the session hangs
         try:
             for _ in range(2):
-                with Stopwatch() as sw, pytest.raises(BackendUnavailable, match="timed out"):
+                # The request's own bound fired, while the server was still stopped.
+                with pytest.raises(BackendUnavailable, match=r"timed out after 0\.5s"):
                     await a.acquire_or_renew(e, A, ttl=ttl, timeout=0.5)
-                assert sw.elapsed < 0.8
                 # Not freed behind the engine's back: the lock is still the session's.
                 assert await lock_pids(other, e) == [pid]
         finally:
@@ -370,9 +370,9 @@ async def test_a_hung_term_bump_gives_up_and_releases(pg_server: PgServer) -> No
         await tx.start()
         await other.execute(f"SELECT * FROM {table} WHERE election = $1 FOR UPDATE", e)
         try:
-            with Stopwatch() as sw, pytest.raises(BackendUnavailable, match="timed out"):
+            # The request's own bound fired, while the row was still locked.
+            with pytest.raises(BackendUnavailable, match=r"timed out after 0\.5s"):
                 await b.acquire_or_renew(e, B, ttl=15, timeout=0.5, wait=0.2)
-            assert sw.elapsed < 0.8
             for _ in range(100):  # the session that got the lock is closed: lock free again
                 if not await lock_pids(other, e):
                     break

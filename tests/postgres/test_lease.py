@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
 from leaderd.backends import BackendUnavailable, Candidate
 from leaderd.backends.postgres import PostgresLeaseBackend
 from tests.pgserver import PgServer
-from tests.postgres.helpers import Stopwatch, admin, opened, unique, until
+from tests.postgres.helpers import admin, opened, unique, until
 
 pytestmark = pytest.mark.postgres
 
@@ -26,9 +25,9 @@ async def test_a_hung_statement_gives_up_within_the_timeout(pg_server: PgServer)
         await tx.start()
         await other.execute(f"SELECT * FROM {table} WHERE election = $1 FOR UPDATE", e)
         try:
-            with Stopwatch() as sw, pytest.raises(BackendUnavailable, match="timed out"):
+            # The request's own bound fired, while the row was still locked.
+            with pytest.raises(BackendUnavailable, match=r"timed out after 0\.5s"):
                 await a.acquire_or_renew(e, A, ttl=15, timeout=0.5)
-            assert 0.45 < sw.elapsed < 0.8
             # asyncpg cancelled the statement on the server: it no longer waits for the row.
             waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
             for _ in range(50):
@@ -72,13 +71,12 @@ async def test_lost_listen_connection_falls_back_to_polling(pg_server: PgServer)
         # It comes back (backoff from 0.1 s); until then wait_for_change is a plain sleep.
         assert await until(lambda: b.listening, 2)
         await b.observe(e)
-        started = time.monotonic()
-        task = asyncio.create_task(b.wait_for_change(e, 5))
+        # Woken by the NOTIFY again: without LISTEN this wait is a plain hour's sleep.
+        task = asyncio.create_task(b.wait_for_change(e, 3600))
         await asyncio.sleep(0.1)
         assert not task.done()
         await a.release(e, A, lease.term)
-        await asyncio.wait_for(task, 1)
-        assert time.monotonic() - started < 0.5  # woken by the NOTIFY again
+        await asyncio.wait_for(task, 10)
 
 
 async def test_a_terminated_request_connection_is_replaced_transparently(
