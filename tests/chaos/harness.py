@@ -40,25 +40,28 @@ from .check import (
     spans,
 )
 from .observe import Answer, Observations, Poller, Watcher
-from .proxy import FaultProxy
+from .proxy import FaultProxy, RuleBook
+from .request_faults import REQUEST_FAULTS, RequestFaults
+from .sqlite_faults import SQLITE_FAULTS, STALL_FLAG, SqliteFaults, build_fsync_shim, stall_flag
 
 BACKENDS = ("sqlite", "postgresql", "advisory", "etcd")
 PROCESS_FAULTS = ("sigkill", "sigstop", "sigterm")
 # Faults of the members of a 3-member etcd cluster (tests/etcd/chaos.py injects them).
 ETCD_FAULTS = ("etcd_kill", "etcd_leader_kill", "etcd_stop", "etcd_quorum_loss")
 FAULTS = {
-    "sqlite": (*PROCESS_FAULTS, "db_lock", "duplicate_node_id", "file_replaced"),
+    "sqlite": (*PROCESS_FAULTS, "db_lock", "duplicate_node_id", "file_replaced", *SQLITE_FAULTS),
     "postgresql": (
         *PROCESS_FAULTS,
         *("pg_restart", "pg_crash", "clock_step", "pg_terminate", "latency", "blackhole", "reset"),
+        *REQUEST_FAULTS,
     ),
-    "etcd": (*PROCESS_FAULTS, *ETCD_FAULTS),
+    "etcd": (*PROCESS_FAULTS, *ETCD_FAULTS, *REQUEST_FAULTS, "partition"),
 }
 FAULTS["advisory"] = FAULTS["postgresql"]
 # Only with Settings.supervise: every daemon runs tests/chaos/command.py under its keeper.
 KEEPER_FAULTS = ("keeper_sigkill", "keeper_sigstop", "both_sigstop")
 ALL_FAULTS = tuple(
-    dict.fromkeys(FAULTS["sqlite"] + FAULTS["postgresql"] + ETCD_FAULTS + KEEPER_FAULTS)
+    dict.fromkeys(FAULTS["sqlite"] + FAULTS["postgresql"] + FAULTS["etcd"] + KEEPER_FAULTS)
 )
 # Faults that take the leader away the moment they hit it: a leader is owed from the
 # injection (rule 6; for SIGSTOP counted from the stop). The others hold the cluster
@@ -143,6 +146,7 @@ class Result:
                 "watch_events": self.obs.watch_events,
                 "daemon_restarts": self.restarts,
                 "polls_by_node": self.extra.get("polls_by_node", {}),
+                "requests_by_kind": self.extra.get("requests_by_kind", {}),
                 "commands_started": self.extra.get("commands_started"),
             },
             "workdir": self.workdir,
@@ -151,12 +155,22 @@ class Result:
 
 
 class Node:
-    """A daemon with its observers, its proxy (PostgreSQL) and what the harness did to it."""
+    """A daemon with its observers, its proxies (PostgreSQL: one; etcd: one per member), the
+    rules they share, and what the harness did to it."""
 
-    def __init__(self, daemon: Daemon, proxy: FaultProxy | None, obs: Observations, s: Settings):
+    def __init__(
+        self,
+        daemon: Daemon,
+        proxy: FaultProxy | None,
+        obs: Observations,
+        s: Settings,
+        proxies: list[FaultProxy] | None = None,
+    ):
         self.id = daemon.node_id
         self.daemon = daemon
         self.proxy = proxy
+        self.proxies = proxies if proxies is not None else [proxy] if proxy else []
+        self.rules = self.proxies[0].rules if self.proxies else RuleBook()
         self.poller = Poller(self.id, daemon.socket, obs, s.poll_interval)
         self.watcher = Watcher(self.id, daemon.socket, obs)
         self.down = False  # killed or terminated by the harness, restart pending
@@ -183,7 +197,7 @@ class Node:
         return proc.returncode
 
 
-class Chaos:
+class Chaos(RequestFaults, SqliteFaults):
     def __init__(self, settings: Settings, pg: PgServer | None = None) -> None:
         self.s = settings
         self.rng = random.Random(settings.seed)
@@ -201,6 +215,7 @@ class Chaos:
         self.t0 = 0.0
         self.restarts = 0
         self.extra: dict[str, Any] = {}
+        self.fsync_shim: str | None = None
 
     # ---- the run ----
 
@@ -234,7 +249,11 @@ class Chaos:
             self.obs,
             self.workdir if keep else None,
             self.restarts,
-            {"polls_by_node": {n.id: n.poller.polls for n in self.nodes}, **self.extra},
+            {
+                "polls_by_node": {n.id: n.poller.polls for n in self.nodes},
+                "requests_by_kind": {n.id: dict(n.rules.seen) for n in self.nodes},
+                **self.extra,
+            },
         )
 
     @property
@@ -268,6 +287,9 @@ class Chaos:
         self.workdir = short_tempdir("chaos-")
         if s.backend == "sqlite":
             url = f"sqlite://{self.workdir}/lease.db"
+            self.fsync_shim = await asyncio.to_thread(build_fsync_shim, self.workdir)
+            if self.fsync_shim is None:  # no C compiler: no shim to stall fsync with
+                self.kinds = tuple(k for k in self.kinds if k != "fsync_stall")
         elif self.pg is None:
             # Its own server, whose clock the clock_step fault can move (libfaketime).
             self.pg, self.own_pg = await asyncio.to_thread(FakeTimeServer), True
@@ -275,7 +297,7 @@ class Chaos:
         for i in range(s.nodes):
             node_id, proxy = f"node-{i}", None
             if self.pg is not None:
-                proxy = await FaultProxy(node_id, self.pg.host, self.pg.port).start()
+                proxy = await FaultProxy(node_id, self.pg.host, self.pg.port, "pg").start()
                 url = (
                     f"{_SCHEME[s.backend]}://postgres@127.0.0.1:{proxy.port}/postgres"
                     f"?application_name=leaderd-{node_id}&table={table}&connect_timeout=2"
@@ -303,7 +325,7 @@ class Chaos:
             ttl=s.ttl,
             renew_interval=s.renew_interval,
             retry_interval=s.retry_interval,
-            env={"LEADERD_UNSAFE_NO_FENCE": "1"} if s.unsafe else None,
+            env=self._env(node_id),
             extra_args=("--log-level", "info"),  # debug logs every SQL statement
             command=[sys.executable, "-m", "tests.chaos.command", self.beats]
             if s.supervise
@@ -312,6 +334,12 @@ class Chaos:
         if s.unsafe:
             daemon.args[daemon.args.index("leaderd")] = "tests.chaos.unsafe_daemon"
         return daemon
+
+    def _env(self, node_id: str) -> dict[str, str]:
+        env = {"LEADERD_UNSAFE_NO_FENCE": "1"} if self.s.unsafe else {}
+        if self.fsync_shim is not None:
+            env |= {"LD_PRELOAD": self.fsync_shim, STALL_FLAG: stall_flag(self.workdir, node_id)}
+        return env
 
     async def _stop(self) -> None:
         for task in list(self.background):
@@ -329,8 +357,8 @@ class Chaos:
         for node in self.nodes:
             if node.daemon.proc is not None and await node.exited(15) is None:
                 node.daemon.kill()
-            if node.proxy is not None:
-                await node.proxy.close()
+            for proxy in node.proxies:
+                await proxy.close()
         if self.own_pg and self.pg is not None:
             await asyncio.to_thread(self.pg.cleanup)
 
@@ -544,10 +572,12 @@ class Chaos:
         fault.healed = time.monotonic()
 
     async def _fault_db_lock(self, fault: Fault) -> None:
-        """Another process holds the SQLite write lock (a backup, a careless sqlite3 shell)."""
+        """Another process holds the SQLite write lock (a backup, a careless sqlite3 shell, a
+        writer in BEGIN IMMEDIATE)."""
         fault.params["locked_s"] = hold = round(self.rng.uniform(0.2, 2 * self.s.ttl), 3)
+        fault.params["begin"] = begin = self.rng.choice(("IMMEDIATE", "EXCLUSIVE"))
         path = os.path.join(self.workdir, "lease.db")
-        locked, fault.healed = await asyncio.to_thread(_hold_write_lock, path, hold)
+        locked, fault.healed = await asyncio.to_thread(_hold_write_lock, path, hold, begin)
         fault.injected = locked
 
     async def _fault_duplicate_node_id(self, fault: Fault) -> None:
@@ -723,10 +753,10 @@ async def until(predicate: Callable[[], bool], deadline: float, interval: float 
     return True
 
 
-def _hold_write_lock(path: str, hold: float) -> tuple[float, float]:
+def _hold_write_lock(path: str, hold: float, begin: str) -> tuple[float, float]:
     conn = sqlite3.connect(path, timeout=10, isolation_level=None)
     try:
-        conn.execute("BEGIN EXCLUSIVE")
+        conn.execute(f"BEGIN {begin}")
         locked = time.monotonic()
         time.sleep(hold)
         conn.execute("ROLLBACK")

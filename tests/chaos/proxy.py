@@ -1,4 +1,4 @@
-"""A fault-injecting TCP proxy: one per daemon, between it and PostgreSQL, on 127.0.0.1.
+"""A fault-injecting TCP proxy: one per daemon and backend endpoint, on 127.0.0.1.
 
 Faults are real network behaviour on real sockets:
 
@@ -8,30 +8,106 @@ Faults are real network behaviour on real sockets:
   packets are dropped; bytes already sent wait, as TCP retransmissions would, and flow
   again when the blackhole ends (or find the other side gone by then);
 * reset: every open connection is aborted with a TCP RST on both sides;
-* hold: the next client-to-server chunk that contains a given byte string (a statement's
+* hold: the next client-to-server unit that contains a given byte string (a statement's
   text, or a parameter of its Bind) waits ``seconds`` on its connection, the bytes behind it
   too, then reaches the server although the client gave up on it long ago; optionally the
   proxy then blackholes, so the client hears of nothing that followed.
+
+Per-request faults: with a protocol (``"http"`` for etcd's JSON gateway,
+``tests/chaos/http_requests.py``; ``"pg"`` for PostgreSQL's wire protocol,
+``tests/chaos/pg_messages.py``) each direction is cut into whole requests and answers named
+by kind (``"txn"``, ``"keepalive"``, ``"acquire"``, ``"notify"`` ...), and the rules of a
+``RuleBook`` act on one kind: delay or stall it, drop a request before the server sees it,
+lose the answer of one the server applied, or deliver one late. One book may serve all the
+proxies of a daemon (etcd: one proxy per member), so a one-shot rule fires once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
-import struct
+import math
+import time
+from dataclasses import dataclass, field
+
+from .http_requests import HttpAnswers, HttpRequests
+from .pg_messages import PgAnswers, PgRequests
+from .wire import Link, Raw, Units, abort
+
+DELAY, DROP, LOSE_ANSWER, LATE = "delay", "drop", "lose_answer", "late"
+
+
+@dataclass
+class Rule:
+    """What happens to units of one kind: ``delay`` (each waits ``seconds``, or until the
+    rule ends; ``math.inf``: a stall), or once: ``drop`` (the request never reaches the
+    server; its connection goes silent and is cut after ``seconds``), ``lose_answer`` (the
+    server applies it; its answer never comes back, and the connection is cut) or ``late``
+    (it reaches the server ``seconds`` later, after the client gave up)."""
+
+    action: str
+    seconds: float = 0.0
+    fired: asyncio.Event = field(default_factory=asyncio.Event)
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    fired_at: float = 0.0
+
+
+class RuleBook:
+    """The rules of one daemon's proxies, by request kind."""
+
+    def __init__(self) -> None:
+        self.rules: dict[str, Rule] = {}
+        self.seen: dict[str, int] = {}  # units by kind, for the report and the tests
+
+    def arm(self, kind: str, rule: Rule) -> Rule:
+        self.end(kind)
+        self.rules[kind] = rule
+        return rule
+
+    def end(self, kind: str) -> None:
+        rule = self.rules.pop(kind, None)
+        if rule is not None:
+            rule.ended.set()
+
+    def end_all(self) -> None:
+        for kind in list(self.rules):
+            self.end(kind)
+
+    def take(self, kind: str | None) -> Rule | None:
+        """The rule for ``kind``; a one-shot rule fires here and leaves the book."""
+        if kind is None:
+            return None
+        self.seen[kind] = self.seen.get(kind, 0) + 1
+        rule = self.rules.get(kind)
+        if rule is not None and rule.action != DELAY:
+            del self.rules[kind]
+            rule.fired_at = time.monotonic()
+            rule.fired.set()
+        return rule
+
+
+_FRAMERS = {"raw": (Raw, Raw), "http": (HttpRequests, HttpAnswers), "pg": (PgRequests, PgAnswers)}
 
 
 class FaultProxy:
-    def __init__(self, name: str, upstream_host: str, upstream_port: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        upstream_host: str,
+        upstream_port: int,
+        protocol: str = "raw",
+        rules: RuleBook | None = None,
+    ) -> None:
         self.name = name
         self.upstream = (upstream_host, upstream_port)
+        self.protocol = protocol
+        self.rules = rules if rules is not None else RuleBook()
         self.delay = 0.0
         self.port = 0
         self._open = asyncio.Event()
         self._open.set()
         self._server: asyncio.Server | None = None
-        self._links: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
+        self._links: set[Link] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.connections = 0
         self._hold: tuple[bytes, float, bool] | None = None
@@ -61,15 +137,14 @@ class FaultProxy:
         self._open.set()
 
     def hold_next(self, pattern: bytes, seconds: float, then_blackhole: bool = False) -> None:
-        """Hold the next client-to-server chunk containing ``pattern`` for ``seconds``."""
+        """Hold the next client-to-server unit containing ``pattern`` for ``seconds``."""
         self._hold, self.held = (pattern, seconds, then_blackhole), asyncio.Event()
 
     def reset(self) -> int:
         """Abort every open connection with an RST on both sides; how many were open."""
         links = list(self._links)
-        for pair in links:
-            for writer in pair:
-                _abort(writer)
+        for link in links:
+            link.abort()
         self._links.clear()
         return len(links)
 
@@ -84,44 +159,91 @@ class FaultProxy:
             try:
                 up_reader, up_writer = await asyncio.open_connection(*self.upstream)
             except OSError:
-                _abort(writer)
+                abort(writer)
                 return
             self.connections += 1
-            link = (writer, up_writer)
+            requests, answers = _FRAMERS[self.protocol]
+            link = Link(writer, up_writer)
+            link.framers = (requests(link), answers(link))
             self._links.add(link)
             try:
                 await asyncio.gather(
-                    self._pump(reader, up_writer, upstream=True), self._pump(up_reader, writer)
+                    self._pump(reader, up_writer, link, upstream=True),
+                    self._pump(up_reader, writer, link, upstream=False),
                 )
             finally:
                 self._links.discard(link)
-                for w in link:
-                    w.close()
+                link.close()
         except (asyncio.CancelledError, OSError):
-            _abort(writer)
+            abort(writer)
         finally:
             self._tasks.discard(task)  # type: ignore[arg-type]
 
     async def _pump(
-        self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, upstream: bool = False
+        self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, link: Link, upstream: bool
     ) -> None:
+        framer: Units = link.framers[0 if upstream else 1]
         try:
             while True:
                 data = await src.read(65536)
-                if upstream and self._hold is not None and self._hold[0] in data:
-                    await self._deliver_late(data, dst)
-                    continue
-                await self._open.wait()
-                if self.delay > 0:
-                    await asyncio.sleep(self.delay)
                 if not data:
                     break
-                dst.write(data)
-                await dst.drain()
+                for kind, unit in framer.feed(data):
+                    await self._pass(link, kind, unit, dst, upstream)
+            await self._open.wait()
+            if upstream and link.late:
+                # A request delivered late: the server answers it before it sees the EOF
+                # (an HTTP server would cancel a request whose client went away).
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(link.answered.wait(), 2.0)
             if not dst.is_closing() and dst.can_write_eof():
                 dst.write_eof()
         except (OSError, RuntimeError):  # the other side was reset meanwhile
-            _abort(dst)
+            abort(dst)
+
+    async def _pass(
+        self, link: Link, kind: str | None, unit: bytes, dst: asyncio.StreamWriter, upstream: bool
+    ) -> None:
+        if link.silent:
+            return
+        if upstream and self._hold is not None and self._hold[0] in unit:
+            await self._deliver_late(unit, dst)
+            return
+        await self._open.wait()
+        if self.delay > 0:
+            await asyncio.sleep(self.delay)
+        if not upstream:
+            link.answered.set()
+            if link.lose_answer:
+                link.silent = True
+                link.abort()
+                return
+        rule = self.rules.take(kind)
+        if rule is not None and await self._apply(rule, link, unit, dst):
+            return
+        dst.write(unit)
+        await dst.drain()
+
+    async def _apply(self, rule: Rule, link: Link, unit: bytes, dst: asyncio.StreamWriter) -> bool:
+        """Act on one unit under ``rule``; True if it was dealt with (dropped or delivered)."""
+        if rule.action == DELAY:
+            with contextlib.suppress(TimeoutError):
+                seconds = None if math.isinf(rule.seconds) else rule.seconds
+                await asyncio.wait_for(rule.ended.wait(), seconds)
+            return False
+        if rule.action == DROP:
+            link.silent = True  # nothing more on this connection: the client waits, then a cut
+            asyncio.get_running_loop().call_later(rule.seconds, link.abort)
+            return True
+        if rule.action == LOSE_ANSWER:
+            link.lose_answer = True
+            return False
+        link.late, link.answered = True, asyncio.Event()
+        await asyncio.sleep(rule.seconds)
+        dst.write(unit)
+        await dst.drain()
+        rule.ended.set()
+        return True
 
     async def _deliver_late(self, data: bytes, dst: asyncio.StreamWriter) -> None:
         assert self._hold is not None
@@ -132,12 +254,3 @@ class FaultProxy:
         if then_blackhole:
             self.blackhole()
         self.held.set()
-
-
-def _abort(writer: asyncio.StreamWriter) -> None:
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        # ValueError: uvloop has already closed the descriptor (the peer reset first).
-        with contextlib.suppress(OSError, ValueError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    writer.transport.abort()

@@ -23,6 +23,7 @@ import os
 import time
 
 from tests.chaos.harness import Chaos, Fault, Node, Settings
+from tests.chaos.proxy import FaultProxy, RuleBook
 from tests.daemons import short_tempdir
 from tests.etcd.cluster import EtcdCluster, Member
 
@@ -49,7 +50,18 @@ class EtcdChaos(Chaos):
         for i in range(s.nodes):
             first = i % len(members)
             url = self.etcd.url(prefix=prefix, members=members[first:] + members[:first])
-            self.nodes.append(Node(self._daemon(f"node-{i}", url), None, self.obs, s))
+            # Each member through a proxy of this daemon's, for the per-request faults.
+            rules, via = RuleBook(), {}
+            for member in members:
+                host, port = member.hostport.rsplit(":", 1)
+                proxy = await FaultProxy(f"node-{i}", host, int(port), "http", rules).start()
+                via[member.hostport] = proxy
+            scheme, _, rest = url.partition("://")
+            hosts, _, tail = rest.partition("/")
+            hosts = ",".join(f"127.0.0.1:{via[h].port}" for h in hosts.split(","))
+            daemon = self._daemon(f"node-{i}", f"{scheme}://{hosts}/{tail}")
+            proxies = list(via.values())
+            self.nodes.append(Node(daemon, None, self.obs, s, proxies))
         await self._launch()
 
     def _restart(self, node: Node) -> None:
