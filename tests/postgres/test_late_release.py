@@ -22,5 +22,7 @@ def test_a_release_held_until_after_the_next_renewal_leaves_one_leader(
     url = pg.dsn(scheme=scheme, table=unique("late"))
     rewrite = (f":{pg.port}/", ":{port}/")
     with leader_behind_a_proxy(url, (pg.host, pg.port), rewrite) as (proxied, a, b):
-        # The resign's release names its end reason in its Bind: hold exactly that message.
-        resign_with_the_release_held(proxied, a, b, b"resigned", resign)
+        # The resign's release names its end reason in its Bind: hold exactly that message
+        # ("handed over to node-b" for a switchover, "resigned" for a plain resign).
+        ended = b"handed over to node-b" if "to=node-b" in resign else b"resigned"
+        resign_with_the_release_held(proxied, a, b, ended, resign)
