@@ -29,7 +29,7 @@ import asyncpg
 
 from ..base import Backend, BackendUnavailable, Candidate, Capabilities, Grant, Lease, heard_in
 from ..records import EndReason, Tenure, end_text
-from . import records
+from . import fence, records
 from .conn import (
     Closer,
     Deadline,
@@ -279,6 +279,7 @@ class PostgresLeaseBackend(Backend):
         if not self._table_ready:
             await ensure_table(self._pg, conn, _SCHEMA, _UPGRADE)
             await records.create(self._pg, conn)
+            await fence.install(self._pg, conn)
             self._table_ready = True
         async with rolled_back(conn):
             await conn.fetch(self._sql_release, "", "", "", -1, self._listener.channel, "", 0.0,
