@@ -68,6 +68,7 @@ def build_app(
         ("/watch", api.watch),
         ("/members", api.members),
         ("/history", api.history),
+        ("/jobs", api.jobs),
     ]
     for path, handler in get:
         for tail in ("", "/{election}"):
@@ -250,6 +251,14 @@ class _Api:
         except params.BadParameter as exc:
             return error(400, "bad_parameter", str(exc))
         return _json(election.history().to_dict(limit))
+
+    async def jobs(self, request: web.Request) -> web.Response:
+        election = self.node.election(request.match_info.get("election"))
+        if election is None:
+            return self._unknown(request)
+        job = self.node.jobs.get(election.name)
+        body = {"election": election.name, "node_id": self.node.node_id}
+        return _json({**body, "jobs": [job()] if job else []})
 
     async def forbidden(self, request: web.Request) -> web.Response:
         message = "this listener is read-only: POST on the Unix socket"

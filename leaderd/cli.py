@@ -17,7 +17,7 @@ from . import __version__, client, early_signals, handover_wait, jsonio, lean_im
 from .config import Config, ConfigError, client_socket, listen_text, load
 
 EXIT_OK, EXIT_NOT_LEADER, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_UNKNOWN = 0, 1, 2, 3, 4
-COMMANDS = ("run", "status", "watch", "resign", "members", "history", "check-config")
+COMMANDS = ("run", "status", "watch", "resign", "members", "history", "jobs", "check-config")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -54,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "resign": _resign,
             "members": _members,
             "history": _history,
+            "jobs": _jobs,
         }[parsed.command]
         return handler(parsed)
     except KeyboardInterrupt:
@@ -102,6 +103,9 @@ def _parser() -> argparse.ArgumentParser:
     options.client_options(history)
     history.add_argument("--limit", type=int, metavar="N", help="newest N records (default: 20)")
     history.add_argument("--json", action="store_true", help="print the JSON answer")
+    jobs = sub.add_parser("jobs", help="run --once-per jobs: last start, end, status, next due")
+    options.client_options(jobs)
+    jobs.add_argument("--json", action="store_true", help="print the JSON answer")
     return parser
 
 
@@ -114,8 +118,21 @@ def _config(args: argparse.Namespace, command: list[str]) -> Config:
         raise ConfigError(f"run -- COMMAND takes exactly one election (got {names})")
     if getattr(args, "try_for", None) is not None and not command:
         raise ConfigError("--try goes with -- COMMAND")
+    _check_once_per(args, command, config.backend)
     preflight.check(config)
     return config
+
+
+def _check_once_per(args: argparse.Namespace, command: list[str], backend: str) -> None:
+    from .backends.jobs import supports_jobs
+
+    once_per = getattr(args, "once_per", None)
+    if getattr(args, "catch_up", False) and once_per is None:
+        raise ConfigError("--catch-up goes with --once-per")
+    if once_per is not None and not command:
+        raise ConfigError("--once-per goes with -- COMMAND")
+    if once_per is not None and not supports_jobs(backend):
+        raise ConfigError("--once-per records its runs in a sqlite:// or postgresql:// backend")
 
 
 def _run(args: argparse.Namespace, command: list[str]) -> int:
@@ -129,7 +146,10 @@ def _run(args: argparse.Namespace, command: list[str]) -> int:
     from . import daemon, logs
 
     logs.setup(config.log_format, config.log_level)
-    job = daemon.Job(command, args.try_for, args.exit_status == "fixed") if command else None
+    job = None
+    if command:
+        fixed = args.exit_status == "fixed"
+        job = daemon.Job(command, args.try_for, fixed, args.once_per, args.catch_up)
     _exit_now(daemon.run(config, job))
 
 
@@ -268,6 +288,17 @@ def _history(args: argparse.Namespace) -> int:
             rows.append((str(r["term"]), r["holder"], r["address"] or "-", r["acquired_at"] or "-",
                          r["ended_at"] or "-", r["end_reason"] or "(leading)"))  # fmt: skip
         sys.stdout.write(_columns(rows))
+    return EXIT_OK
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    from .jobs_report import job_rows
+
+    body = _get(args, "/jobs")
+    if not isinstance(body, dict):
+        return body
+    if not args.json:
+        sys.stdout.write(_columns(job_rows(body)))
     return EXIT_OK
 
 

@@ -47,6 +47,8 @@ class Job:
     command: list[str]
     try_for: float | None = None
     fixed_status: bool = False
+    once_per: float | None = None  # run --once-per PERIOD (once_per.py)
+    catch_up: bool = False
 
 
 class Daemon:
@@ -218,18 +220,23 @@ class Daemon:
             self.request_stop(EXIT_NOT_LEADING)
 
     async def _supervise(self, node: Node, job: Job) -> None:
+        from .job_wiring import open_runner
         from .supervisor import ChildStartError, Supervisor
 
         election = node.election(None)
         assert election is not None  # config makes run -- COMMAND take one election
-        supervisor = Supervisor(
-            job.command,
-            election,
-            kill_grace=self.config.kill_grace,
-            on_exit=self.config.on_exit,
-            fixed_status=job.fixed_status,
-            socket_path=self._unix.path if self._unix else self.config.socket,
-        )
+        socket_path = self._unix.path if self._unix else self.config.socket
+        supervisor: Supervisor | None
+        if job.once_per is not None:
+            supervisor = await open_runner(self.config, election, job, socket_path, self.metrics,
+                                           node, self._teardown)  # fmt: skip
+            if supervisor is None:
+                self.request_stop(EXIT_FAILURE)
+                return
+        else:
+            supervisor = Supervisor(job.command, election, kill_grace=self.config.kill_grace,
+                                    on_exit=self.config.on_exit, fixed_status=job.fixed_status,
+                                    socket_path=socket_path)  # fmt: skip
         election.step_down_hook = supervisor.stop_child
         self._forward = supervisor.forward
         retry = _SPAWN_RETRY

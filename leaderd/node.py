@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,8 @@ class Node:
     elections: dict[str, Election]
     started_at: float = field(default_factory=boottime)
     started_wall: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+    # run --once-per: each election's job, as GET /jobs lists it (jobs_report.job_body).
+    jobs: dict[str, Callable[[], dict[str, Any]]] = field(default_factory=dict)
 
     def election(self, name: str | None) -> Election | None:
         """The named election; with no name, the only one or else the one named default."""

@@ -50,6 +50,14 @@ def command_options(run: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="give up, exit 75, unless leading within DURATION (30, 30s, 5m)",
     )
+    run.add_argument("--once-per", type=_duration, metavar="PERIOD",
+                     help="run COMMAND on the leader at most once per PERIOD (1h, 30m, 86400), "
+                          "recorded in the backend (sqlite:// or postgresql://)")  # fmt: skip
+    run.add_argument(
+        "--catch-up",
+        action="store_true",
+        help="with --once-per: after an outage that missed a period, run at once",
+    )
     run.add_argument("--exit-status", choices=("child", "fixed"), default="child",
                      help="exit with the child's status (default), or fixed: 0 if it "
                           "succeeded, 3 if it failed, never leaderd's own 1 or 2")  # fmt: skip

@@ -81,6 +81,7 @@ class Supervisor:
         self._idle = asyncio.Event()
         self._idle.set()
         self._wake = asyncio.Event()
+        self.child_env: dict[str, str] = {}  # more of the child's environment (once_per.py)
         election.add_listener(self._on_change)
 
     async def run(self) -> int | None:
@@ -178,6 +179,7 @@ class Supervisor:
             "LEADERD_NODE_ID": self._election.candidate.node_id,
             "LEADERD_TERM": str(term),
             "LEADERD_SOCKET": self._socket_path,
+            **self.child_env,
         }
         return Child.spawn(self.command, env, term, deadline, self.kill_grace, self._plan.contain)
 

@@ -37,14 +37,15 @@ GET /watch[/ELECTION] long-polls (?revision=N&timeout=S) or streams (?stream=1) 
 GET /status, /health (liveness), /ready (readiness), /metrics (Prometheus).
 POST /resign[/ELECTION]?cooldown=S steps down (Unix socket only).
 GET /members[/ELECTION] lists every member: leader, standby or stale, address, last heard.
-GET /history[/ELECTION]?limit=N lists the terms, newest first, and how each ended."""
+GET /history[/ELECTION]?limit=N lists the terms, newest first, and how each ended.
+GET /jobs[/ELECTION] lists run --once-per jobs: last start, end, status, next due."""
 
 EXIT = [
     ("run", "0 clean stop, 1 runtime failure, 2 bad usage or configuration."),
     ("status", "0 this node leads (every election shown), 1 it follows, 2 usage, "
                "3 no daemon answers (within --timeout), 4 its role is unknown (the backend's "
                "last error is printed) or it is stopping."),
-    ("members, history", "0 answered, 2 usage or unknown election, 3 no daemon answers."),
+    ("members, history, jobs", "0 answered, 2 usage or unknown election, 3 no daemon answers."),
     ("check-config", "0 the configuration is valid, 2 it is not."),
 ]  # fmt: skip
 

@@ -139,7 +139,7 @@ def promtool_test(rules: Path, tmp_path: Path) -> Any:
 
 def test_promtool_checks_the_rules() -> None:
     done = run([require("promtool"), "check", "rules", RULES])
-    assert "SUCCESS: 8 rules found" in done.stdout, done.stdout
+    assert "SUCCESS: 9 rules found" in done.stdout, done.stdout
 
 
 def test_alerts_stay_silent_on_handovers_and_fire_on_real_problems(tmp_path: Path) -> None:
@@ -202,4 +202,64 @@ def test_no_healthy_standby_fires_for_a_lonely_leader_only(tmp_path: Path) -> No
     path.write_text(json.dumps({"rule_files": [str(RULES)], "evaluation_interval": f"{STEP}s",
                                 "tests": [test]}))  # fmt: skip
     done = run([require("promtool"), "test", "rules", path], check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+JOB_PERIOD = 60
+JOB_SUMMARY = "the run --once-per job of election default has not succeeded for two periods"
+
+
+def job_series(name: str, offset: int, successes: Callable[[int], int | None]) -> Any:
+    """A daemon's job gauges scraped every SCRAPE s from ``offset``: the period, the first
+    start (0) and ``successes(t)``, the last success it read by t (None: never)."""
+    labels = f'election="default", instance="{name}:4040", job="leaderd"'
+    times = [t for t in range(0, END + 1, STEP)]
+
+    def values(value: Callable[[int], int | None]) -> str:
+        shown = [value(t) if t % SCRAPE == offset else None for t in times]
+        return " ".join("_" if v is None else str(v) for v in shown)
+
+    return [
+        {"series": f"leaderd_job_period_seconds{{{labels}}}",
+         "values": values(lambda t: JOB_PERIOD)},
+        {"series": f"leaderd_job_first_start_timestamp_seconds{{{labels}}}",
+         "values": values(lambda t: 0)},
+        {"series": f"leaderd_job_last_success_timestamp_seconds{{{labels}}}",
+         "values": values(successes)},
+    ]  # fmt: skip
+
+
+def job_check(at: int, firing: bool) -> dict[str, Any]:
+    expected = [{"exp_labels": {"severity": "warning", "election": "default"},
+                 "exp_annotations": {"summary": JOB_SUMMARY}}]  # fmt: skip
+    return {"eval_time": f"{at}s", "alertname": "LeaderdJobNotSucceeding",
+            "exp_alerts": expected if firing else []}  # fmt: skip
+
+
+def succeeded_every_period(until: int, lag: int = 0) -> Callable[[int], int | None]:
+    """The last success as a daemon reads it ``lag`` s late: one run a period, until ``until``."""
+    return lambda t: min(max(t - lag, 0), until) // JOB_PERIOD * JOB_PERIOD + 1
+
+
+def test_a_job_alert_fires_after_two_periods_without_success_only(tmp_path: Path) -> None:
+    """Succeeding every period (the follower reading the record 30 s late): silent. Failing
+    from 120 s on: fires once its last success (121 s) is two periods old, not before. Never
+    succeeded since its first start at 0: fires after two periods."""
+    ok = job_series("a", 0, succeeded_every_period(END)) + job_series(
+        "b", 10, succeeded_every_period(END, lag=30)
+    )
+    failing = job_series("a", 0, succeeded_every_period(120))
+    never = job_series("a", 0, lambda t: None)
+    tests = [
+        {"name": "succeeding", "interval": f"{STEP}s", "input_series": ok,
+         "alert_rule_test": [job_check(t, False) for t in range(0, END + 1, 30)]},
+        {"name": "failing", "interval": f"{STEP}s", "input_series": failing,
+         "alert_rule_test": [job_check(235, False), job_check(250, True), job_check(END, True)]},
+        {"name": "never", "interval": f"{STEP}s", "input_series": never,
+         "alert_rule_test": [job_check(115, False), job_check(130, True)]},
+    ]  # fmt: skip
+    spec = tmp_path / "jobs.test.yml"
+    spec.write_text(json.dumps({"rule_files": [str(RULES)], "evaluation_interval": f"{STEP}s",
+                                "tests": tests}))  # fmt: skip
+    done = run([require("promtool"), "test", "rules", spec], check=False)
     assert done.returncode == 0, done.stdout + done.stderr
