@@ -12,11 +12,12 @@ import re
 import socket
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from . import params, schema
+from .hooks import Hooks, parse_hooks
 from .timing import Timing, TimingError
 
 DEFAULT_CONFIG_FILE = "/etc/leaderd/leaderd.toml"
@@ -39,6 +40,10 @@ _ENV = {
     "max_connections": "LEADERD_MAX_CONNECTIONS",
     "header_timeout": "LEADERD_HEADER_TIMEOUT",
     "keepalive_timeout": "LEADERD_KEEPALIVE_TIMEOUT",
+    "on_elected": "LEADERD_ON_ELECTED",
+    "on_demoted": "LEADERD_ON_DEMOTED",
+    "on_stop": "LEADERD_ON_STOP",
+    "hook_timeout": "LEADERD_HOOK_TIMEOUT",
     **{key: f"LEADERD_{key.upper()}" for key in _TIMING_KEYS},
 }
 
@@ -82,6 +87,8 @@ class Config:
     header_timeout: float = 10.0
     # An idle keep-alive connection (no request in progress) is closed after this long.
     keepalive_timeout: float = 75.0
+    # --on-elected/--on-demoted/--on-stop and their bound (hooks.py).
+    hooks: Hooks = field(default_factory=Hooks)
 
 
 def load(
@@ -115,6 +122,7 @@ def load(
         max_connections=_count("max_connections", settings.get("max_connections", 16384)),
         header_timeout=_positive("header_timeout", settings.get("header_timeout", 10.0)),
         keepalive_timeout=_positive("keepalive_timeout", settings.get("keepalive_timeout", 75.0)),
+        hooks=_hooks(settings, elections),
     )
 
 
@@ -322,6 +330,27 @@ def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
 def _log_level(value: Any) -> str:
     level = str(value).lower()
     return _choice("log_level", level, ("debug", "info", "warning", "error"))
+
+
+def _hooks(settings: dict[str, Any], elections: tuple[ElectionConfig, ...]) -> Hooks:
+    """The demote hook must be done before the lease can expire: it starts when only its
+    timeout is left, so that timeout must fit between two renewals, as kill_grace does (and
+    its default, 5s, shrinks alike for short leases)."""
+    rooms = {e.name: e.timing.lease_window - e.timing.renew_interval for e in elections}
+    given = settings.get("hook_timeout")
+    timeout = min([5.0] + [round(r * 0.6, 3) for r in rooms.values()]) if given is None else None
+    try:
+        hooks = parse_hooks(settings, timeout or _positive("hook_timeout", given))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    for name, room in rooms.items() if hooks.on_demoted else ():
+        if not hooks.timeout < room:
+            raise ConfigError(
+                f"election {name}: hook_timeout ({hooks.timeout:g}s) must be less than "
+                f"ttl * (1 - clock_drift) - safety_margin - renew_interval ({room:.3g}s), "
+                "or the demote hook runs before every renewal"
+            )
+    return hooks
 
 
 def _kill_grace(value: Any, elections: tuple[ElectionConfig, ...]) -> float:

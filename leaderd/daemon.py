@@ -18,13 +18,14 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from . import __version__, early_signals, memory
+from . import __version__, early_signals, hooks, memory
 from .api import build_app, serve
 from .backends import Backend, BackendFatal, BackendUnavailable, Candidate, backend_from_url
 from .config import Config
 from .connections import Connections, FileBudget, Limits
 from .engine import Election
 from .events import Event, extra
+from .hooks import before
 from .limits import raise_open_files
 from .listener import SocketInUse, SocketPathError, UnixListener
 from .metrics import Metrics
@@ -196,6 +197,11 @@ class Daemon:
             helpers.append(
                 asyncio.create_task(self._watchdog(node, self.notifier.watchdog_interval))
             )
+        if self.config.hooks.any:
+            counted = hooks.counter(self.metrics.registry)
+            for election in node.elections.values():
+                runner = hooks.HookRunner(election, self.config.hooks, counted)
+                helpers.append(asyncio.create_task(runner.run()))
         if self.job is not None:
             helpers.append(asyncio.create_task(self._supervise(node, self.job)))
         if self.job is not None and self.job.try_for is not None:
@@ -237,7 +243,7 @@ class Daemon:
             supervisor = Supervisor(job.command, election, kill_grace=self.config.kill_grace,
                                     on_exit=self.config.on_exit, fixed_status=job.fixed_status,
                                     socket_path=socket_path)  # fmt: skip
-        election.step_down_hook = supervisor.stop_child
+        election.step_down_hook = before(supervisor.stop_child, election.step_down_hook)
         self._forward = supervisor.forward
         retry = _SPAWN_RETRY
         while True:

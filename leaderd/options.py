@@ -32,6 +32,12 @@ DAEMON_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("--kill-grace",), {**_S, "help": "SIGTERM to SIGKILL for COMMAND (default: 5)"}),
     (("--on-exit",), {"choices": ("release", "restart"),
                       "help": "when COMMAND exits: release the lease, or restart COMMAND"}),
+    (("--on-elected",), {"metavar": "CMD", "help": "run CMD (no shell) on becoming leader"}),
+    (("--on-demoted",), {"metavar": "CMD", "help": "run CMD on ceasing to lead, done before "
+                         "the lease can expire"}),
+    (("--on-stop",), {"metavar": "CMD", "help": "run CMD when the daemon stops, before its "
+                      "release"}),
+    (("--hook-timeout",), {**_S, "help": "hooks are killed after S (default: 5)"}),
     (("--max-connections",), {"type": int, "metavar": "N",
                               "help": "API connections per listener (default: 16384)"}),
     (("--header-timeout",), {**_S, "help": "time to send a request's headers (default: 10)"}),

@@ -1,0 +1,144 @@
+"""Transition hooks (`--on-elected`, `--on-demoted`, `--on-stop`) with real daemons: once per
+transition, with their environment, in order across a hand-over, and the demote hook done
+before the lease can expire when the backend (the suite's real PostgreSQL) goes away."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.daemons import REPO, Daemon, metric, short_tempdir, wait_for
+from tests.pgserver import PgServer
+
+pytestmark = pytest.mark.slow
+
+TTL = 2.0
+# Each run appends: "<hook> <node> <role> <previous role> <term> <start> <end> <reason>",
+# start and end on CLOCK_BOOTTIME; it sleeps argv[3] seconds in between.
+HOOK = """
+import os, sys, time
+start = time.clock_gettime(time.CLOCK_BOOTTIME)
+time.sleep(float(sys.argv[3]))
+e = os.environ
+line = "%s %s %s %s %s %.3f %.3f %s\\n" % (sys.argv[2], e["LEADERD_NODE_ID"], e["LEADERD_ROLE"],
+    e["LEADERD_PREVIOUS_ROLE"], e["LEADERD_TERM"], start,
+    time.clock_gettime(time.CLOCK_BOOTTIME), e["LEADERD_REASON"])
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+os.write(fd, line.encode())
+"""
+
+
+@pytest.fixture
+def workdir() -> Iterator[str]:
+    path = short_tempdir("ld-hk-")
+    with open(os.path.join(path, "hook.py"), "w") as f:
+        f.write(HOOK)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def hook(workdir: str, name: str, seconds: float = 0.0) -> str:
+    out = os.path.join(workdir, "hooks")
+    return f"{sys.executable} {workdir}/hook.py {out} {name} {seconds}"
+
+
+def hooked(workdir: str, node_id: str, backend: str, *extra: str, demote: float = 0.0) -> Daemon:
+    args = ("--on-elected", hook(workdir, "elected"), "--on-stop", hook(workdir, "stop"),
+            "--on-demoted", hook(workdir, "demoted", demote), *extra)  # fmt: skip
+    d = Daemon(node_id, backend, workdir=workdir, ttl=TTL, extra_args=args).start()
+    d.wait_ready()
+    return d
+
+
+def runs(workdir: str) -> list[list[str]]:
+    try:
+        with open(os.path.join(workdir, "hooks")) as f:
+            return [line.split(maxsplit=7) for line in f]
+    except FileNotFoundError:
+        return []
+
+
+def test_hooks_run_once_per_transition_in_order_across_a_hand_over(workdir: str) -> None:
+    backend = f"sqlite://{workdir}/lease.db"
+    a = hooked(workdir, "node-a", backend, demote=0.5)
+    wait_for(lambda: len(runs(workdir)) == 1, timeout=10, what="node-a's elected hook")
+    b = hooked(workdir, "node-b", backend)
+    a.signal(signal.SIGTERM)
+    assert a.wait() == 0
+    wait_for(lambda: len(runs(workdir)) == 4, timeout=10, what="the hand-over's hooks")
+    time.sleep(1.0)  # nothing more comes
+    seen = runs(workdir)
+    assert [r[:3] for r in seen] == [
+        ["elected", "node-a", "leader"],
+        ["demoted", "node-a", "stopped"],
+        ["stop", "node-a", "stopped"],
+        ["elected", "node-b", "leader"],
+    ], seen
+    elected_a, demoted_a, stop_a, elected_b = seen
+    assert demoted_a[3] == "leader" and stop_a[3] == "leader" and elected_b[3] == "follower"
+    assert elected_a[4] == demoted_a[4] and int(elected_b[4]) == int(elected_a[4]) + 1
+    # The demote hook (0.5 s) and the stop hook were done before node-b's term began.
+    assert float(stop_a[6]) <= float(elected_b[5])
+    assert (
+        metric(b, 'leaderd_hook_runs_total{election="default",hook="on_elected",result="ok"}') == 1
+    )
+    b.signal(signal.SIGTERM)
+    assert b.wait() == 0
+
+
+def test_a_failing_hook_is_logged_and_counted(workdir: str) -> None:
+    d = Daemon("node-a", f"sqlite://{workdir}/lease.db", workdir=workdir, ttl=TTL,
+               extra_args=("--on-elected", "sh -c 'exit 7'")).start()  # fmt: skip
+    d.wait_ready()
+    failed = 'leaderd_hook_runs_total{election="default",hook="on_elected",result="failed"}'
+    wait_for(lambda: metric(d, failed) == 1, timeout=10, what="the failure counted")
+    assert "on_elected hook 'sh -c 'exit 7'' for election default" in d.log()
+    assert "failed with status 7" in d.log()
+
+
+def test_a_demote_hook_that_cannot_fit_between_renewals_is_refused_at_start(
+    workdir: str,
+) -> None:
+    # ttl 2, renew 0.5: the room is 2 * 0.99 - 0.2 - 0.5 = 1.28 s.
+    done = subprocess.run(
+        [sys.executable, "-m", "leaderd", "run", "--backend", f"sqlite://{workdir}/l.db",
+         "--socket", f"{workdir}/x.sock", "--ttl", "2", "--renew-interval", "0.5",
+         "--retry-interval", "0.25", "--on-demoted", "true", "--hook-timeout", "1.5"],
+        env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=30,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "hook_timeout (1.5s) must be less than" in done.stderr
+
+
+@pytest.mark.postgres
+def test_the_demote_hook_is_done_before_the_deadline_when_the_backend_goes_away(
+    workdir: str, pg: PgServer
+) -> None:
+    table = f"hooks_{uuid.uuid4().hex[:8]}"
+    a = hooked(workdir, "node-a", pg.dsn(table=table), "--hook-timeout", "1", demote=0.3)
+    wait_for(lambda: len(runs(workdir)) == 1, timeout=10, what="the elected hook")
+    pg.stop()  # every renewal fails from now on
+    try:
+        time.sleep(0.3)
+        asked = time.clock_gettime(time.CLOCK_BOOTTIME)
+        status = a.get("/leader")[1]
+        deadline = asked + status["lease"]["valid_for_ms"] / 1000
+        demoted = wait_for(lambda: len(runs(workdir)) >= 2 and runs(workdir)[1], timeout=10,
+                           what="the demote hook")  # fmt: skip
+        assert demoted[:3] == ["demoted", "node-a", "follower"], demoted
+        assert demoted[7].startswith("lease deadline in"), demoted
+        assert float(demoted[6]) < deadline, (demoted, deadline)  # done before the deadline
+    finally:
+        a.kill()
+        pg.ensure_running()
+        pg.psql(f"DROP TABLE IF EXISTS {table}, {table}_members, {table}_history")
+        pg.psql(f"DROP FUNCTION IF EXISTS {table}_fence(text, bigint)")
