@@ -13,11 +13,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.daemons import Daemon, leaders, short_tempdir, wait_for
+from tests.daemons import Daemon, leaderd_cli, leaders, short_tempdir, wait_for
 from tests.pgserver import PgServer
 
 pytestmark = pytest.mark.slow
@@ -157,3 +158,18 @@ def test_a_job_running_when_leadership_is_lost_is_stopped_and_not_run_again(
     second = cluster.until_runs(2, timeout=2 * period)[1]
     assert second.node == "node-b"
     assert_once_per_period(cluster.runs(), period)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--once-per", "1h", "--backend", "etcd://127.0.0.1:1/", "--", "true"],
+         "--once-per records its runs in a sqlite:// or postgresql:// backend"),
+        (["--once-per", "1h"], "--once-per goes with -- COMMAND"),
+        (["--catch-up", "--", "true"], "--catch-up goes with --once-per"),
+        (["--once-per", "0s", "--", "true"], "is no duration > 0"),
+    ],
+)  # fmt: skip
+def test_once_per_misuse_is_refused_at_start(args: list[str], says: str, tmp_path: Path) -> None:
+    done = leaderd_cli("run", "--socket", str(tmp_path / "s.sock"), *args)
+    assert done.returncode == 2 and says in done.stderr, done.stderr
