@@ -9,10 +9,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from leaderd import __version__
+from leaderd.api.metrics import MeteredBackend, Metrics
 from leaderd.backends.base import BackendFatal, BackendUnavailable, Candidate
 from leaderd.backends.sqlite.backend import SQLiteBackend
 from leaderd.backends.static import StaticBackend
-from leaderd.metrics import MeteredBackend, Metrics
 
 from .conftest import eventually
 
@@ -107,9 +107,9 @@ async def test_watchers_gauge_counts_waiting_clients(api: Any) -> None:
 
 async def test_is_leader_is_derived_at_scrape_time(aiohttp_client: Any) -> None:
     """After a pause past the deadline, the first scrape says 0: nothing timer-driven."""
-    from leaderd.api import build_app
-    from leaderd.engine import Election
-    from leaderd.node import Node
+    from leaderd.api.server import build_app
+    from leaderd.election.engine import Election
+    from leaderd.election.node import Node
 
     from .conftest import FAST
     from .test_api import StepClock

@@ -40,7 +40,7 @@ BOOT = Path(__file__).with_name("boot-systemd.sh")
 LAUNCHER = """#!/usr/bin/python3 -s
 import sys
 sys.path.insert(0, "/opt/leaderd/site")
-from leaderd.cli import main
+from leaderd.startup.cli import main
 sys.exit(main())
 """
 

@@ -16,9 +16,9 @@ import pytest
 
 from leaderd.backends.base import Candidate, Lease, LeaseLost
 from leaderd.backends.static import StaticBackend
-from leaderd.engine import Election
-from leaderd.status import ElectionStatus, Role
-from leaderd.timing import Timing, TimingError
+from leaderd.election.engine import Election
+from leaderd.election.status import ElectionStatus, Role
+from leaderd.election.timing import Timing, TimingError
 
 from .fakes import FakeClock, LeaseStore, RealClock, RecordingBackend
 

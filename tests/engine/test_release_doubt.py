@@ -8,10 +8,10 @@ import asyncio
 import dataclasses
 
 from leaderd.backends.base import Candidate, Lease
-from leaderd.election_state import ElectionState
-from leaderd.engine import Election
-from leaderd.release_doubt import version_of
-from leaderd.status import ElectionStatus, Role
+from leaderd.election.engine import Election
+from leaderd.election.release_doubt import version_of
+from leaderd.election.state import ElectionState
+from leaderd.election.status import ElectionStatus, Role
 
 from .fakes import LeaseStore, RealClock, RecordingBackend
 from .test_engine import FAST, A, B, until

@@ -9,10 +9,10 @@ from collections.abc import Callable
 import pytest
 
 from leaderd.backends.base import BackendUnavailable, Candidate, Lease, LeaseLost
-from leaderd.election_state import MIN_DELAY, ElectionState
-from leaderd.election_values import Request
-from leaderd.status import Role
-from leaderd.timing import Timing
+from leaderd.election.state import MIN_DELAY, ElectionState
+from leaderd.election.status import Role
+from leaderd.election.timing import Timing
+from leaderd.election.values import Request
 
 T = Timing(ttl=15, renew_interval=5, retry_interval=2, clock_drift=0.01, safety_margin=0.2)
 ME = Candidate("node-a", "10.0.0.1:8080")

@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 
 from leaderd.backends.etcd.backend import EtcdBackend
-from leaderd.election_state import ElectionState
+from leaderd.election.state import ElectionState
 
 from . import cases
 from .checker import Violation
