@@ -27,8 +27,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from .. import __version__
+from ..backends.asks import Ask, Release
 from ..backends.base import Backend, BackendError, Candidate, Grant, Lease
-from ..backends.records import EndReason, Tenure
+from ..backends.records import Tenure
 from ..clock import boottime
 from ..election.engine import Election
 from ..election.node import Node
@@ -268,39 +269,11 @@ class MeteredBackend(Backend):
     ) -> Lease:
         return await self._timed("observe", self.inner.observe(election, candidate, ttl))
 
-    async def acquire_or_renew(
-        self,
-        election: str,
-        candidate: Candidate,
-        ttl: float,
-        timeout: float,
-        wait: float = 0.0,
-        *,
-        takeover: str = "",
-        min_term: int = 0,
-        lost_term: int = 0,
-    ) -> Lease:
-        return await self._timed("acquire_or_renew", self.inner.acquire_or_renew(
-            election, candidate, ttl, timeout, wait,
-            takeover=takeover, min_term=min_term, lost_term=lost_term,
-        ))  # fmt: skip
+    async def acquire_or_renew(self, ask: Ask) -> Lease:
+        return await self._timed("acquire_or_renew", self.inner.acquire_or_renew(ask))
 
-    async def release(
-        self,
-        election: str,
-        candidate: Candidate,
-        term: int,
-        reason: EndReason = EndReason.RELEASED,
-        *,
-        reserve_for: str = "",
-        ttl: float = 0.0,
-        grant: bool = False,
-        version: str = "",
-    ) -> None:
-        await self._timed("release", self.inner.release(
-            election, candidate, term, reason, reserve_for=reserve_for, ttl=ttl, grant=grant,
-            version=version,
-        ))  # fmt: skip
+    async def release(self, release: Release) -> None:
+        await self._timed("release", self.inner.release(release))
 
     async def history(self, election: str, limit: int) -> list[Tenure]:
         return await self._timed("history", self.inner.history(election, limit))

@@ -18,11 +18,13 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Literal, TypeVar
 
+from ..backends.asks import Release
 from ..backends.base import Backend, BackendError, Candidate, Capability, Grant, Lease, LeaseLost
 from ..backends.records import HISTORY_RETENTION, LEFT_TTL, EndReason
 from ..clock import Clock, SystemClock
 from ..events import Event, extra
 from .answers import ElectionAnswers
+from .heir import heir_of
 from .history import History
 from .release_doubt import version_of
 from .state import MIN_DELAY
@@ -125,9 +127,9 @@ class Election(ElectionAnswers):
             await self._hand_over()
         t_send = self._clock.now()
         request = self.state.request(t_send)
-        self._turn_due = t_send + request.timeout + request.wait + _STALL_SLACK
+        self._turn_due = t_send + request.ask.timeout + request.ask.wait + _STALL_SLACK
         try:
-            lease = await self._send(self._ask(request), request.timeout + request.wait)
+            lease = await self._send(self._ask(request), request.ask.timeout + request.ask.wait)
         except (BackendError, TimeoutError) as exc:
             self._on_failure(exc, request)
             return self.state.retry_delay()
@@ -146,7 +148,7 @@ class Election(ElectionAnswers):
         self._heartbeats.note(lease, t_send)
         self._log_notes(self.state.on_lease(lease, request, t_send, now))
         self._refresh(now)
-        await self._read_history(lease, bool(request.lost_term))
+        await self._read_history(lease, bool(request.ask.lost_term))
         return self.state.next_round(request, t_send, self._clock.now())
 
     # ---- the round's parts ----
@@ -219,16 +221,7 @@ class Election(ElectionAnswers):
     async def _ask(self, request: Request) -> Lease:
         if not request.campaigning:  # cooling down: still a member
             return await self._backend.observe(self.name, self.candidate, self.timing.ttl)
-        return await self._backend.acquire_or_renew(
-            self.name,
-            self.candidate,
-            self.timing.ttl,
-            request.timeout,
-            request.wait,
-            takeover=request.takeover,
-            min_term=request.min_term,
-            lost_term=request.lost_term,
-        )
+        return await self._backend.acquire_or_renew(request.ask)
 
     def _on_failure(self, exc: BaseException, request: Request) -> None:
         state = self.state
@@ -269,10 +262,10 @@ class Election(ElectionAnswers):
         if held is None:
             return
         term, version = held
-        release = self._backend.release(
-            self.name, self.candidate, term, reason, reserve_for=to, ttl=self.timing.ttl,
-            grant=not to and self._grants, version=version,
-        )  # fmt: skip
+        heir = heir_of(self.candidate) if self._grants and not to else None
+        release = self._backend.release(Release(
+            self.name, self.candidate, term, reason, version, to, self.timing.ttl, heir
+        ))  # fmt: skip
         try:
             # A timeout block, not wait_for: the release starts now, not a loop turn later.
             async with asyncio.timeout(self.timing.renew_interval):

@@ -14,6 +14,7 @@ import math
 import random
 from collections.abc import Callable
 
+from ..backends.asks import Ask
 from ..backends.base import Candidate, Lease, LeaseLost
 from ..events import Event
 from .release_doubt import ReleaseInDoubt
@@ -132,15 +133,17 @@ class ElectionState:
     def request(self, now: float) -> Request:
         campaigning = self.campaigning(now) and self.in_doubt.term is None
         wait = self.follow_period(now) if campaigning and self.held_term is None else 0.0
-        return Request(
-            campaigning=campaigning,
-            timeout=self.request_timeout(now),
-            wait=wait,
+        ask = Ask(
+            self.name,
+            self.candidate,
+            self.timing.ttl,
+            self.request_timeout(now),
+            wait,
             takeover=self.takeover(now),
             min_term=self.high_water + 1,
-            epoch=self.epoch,
             lost_term=self.lost_term,
         )
+        return Request(campaigning=campaigning, ask=ask, epoch=self.epoch)
 
     def takeover(self, now: float) -> str:
         """The version of an unreleased lease this node may take over now: one it has seen
@@ -309,7 +312,7 @@ class ElectionState:
     def _note_lost(self, request: Request, lease: Lease, t_send: float) -> None:
         """A hold whose deadline passed before this answer, and that it does not continue,
         was lost for want of the backend; a request that said so was heard."""
-        if request.lost_term == self.lost_term:
+        if request.ask.lost_term == self.lost_term:
             self.lost_term = 0
         held = self.held_term
         continued = lease.held_by(self.candidate) and lease.term == held

@@ -8,6 +8,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from ..backends.asks import Ask
 from ..backends.base import Lease
 from ..events import Event
 from .status import LeaderInfo, Role
@@ -33,13 +34,10 @@ class Request:
     """What the next round sends: an acquire-or-renew, or an observe while cooling down."""
 
     campaigning: bool
-    timeout: float
-    wait: float
-    takeover: str
-    min_term: int
+    # The acquire-or-renew, made by the rules and applied by the backend (sent as an
+    # observe's heartbeat instead while cooling down).
+    ask: Ask
     epoch: int
-    # A term this node stepped down from unable to reach the backend, for its history.
-    lost_term: int = 0
 
 
 @dataclass(frozen=True, slots=True)

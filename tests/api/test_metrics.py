@@ -13,6 +13,7 @@ from leaderd.api.metrics import MeteredBackend, Metrics
 from leaderd.backends.base import BackendFatal, BackendUnavailable, Candidate
 from leaderd.backends.sqlite.backend import SQLiteBackend
 from leaderd.backends.static import StaticBackend
+from tests.backend_calls import ask, release
 
 from .conftest import eventually
 
@@ -158,11 +159,11 @@ async def test_metered_backend_counts_errors_and_passes_through() -> None:
         with pytest.raises(expected):
             await backend.observe("default")
     candidate = Candidate("node-a")
-    lease = await backend.acquire_or_renew("default", candidate, ttl=3, timeout=1)
+    lease = await ask(backend, "default", candidate, ttl=3, timeout=1)
     assert lease == await inner.observe("default")
     assert lease.held_by(candidate) and lease.term == 1
     await backend.wait_for_change("default", 0.01)
-    await backend.release("default", candidate, 1)
+    await release(backend, "default", candidate, 1)
     assert (await backend.observe("default")).holder is None
 
     samples = parse(metrics.exposition().decode())

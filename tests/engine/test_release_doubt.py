@@ -51,7 +51,7 @@ def test_the_doubt_ends_once_an_answer_shows_the_term_over() -> None:
         s, t = resigned_in_doubt()
         s.on_lease(over, s.request(t), t, t)
         assert s.in_doubt.term is None
-        assert s.request(t).campaigning and s.request(t).min_term == over.term + 1
+        assert s.request(t).campaigning and s.request(t).ask.min_term == over.term + 1
 
 
 def test_an_expired_looking_answer_naming_the_term_keeps_the_doubt_and_releases_again() -> None:

@@ -372,7 +372,7 @@ def _python_for(user: str) -> str:
 def test_the_keeper_is_standard_library_only() -> None:
     """It runs as `python -I -S`: nothing from site-packages, nothing from the environment."""
     for module in ("keeper", "keeper_protocol", "guard", "containment"):
-        tree = ast.parse(Path(f"leaderd/{module}.py").read_text())
+        tree = ast.parse(Path(f"leaderd/supervision/{module}.py").read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
