@@ -13,6 +13,7 @@ from types import ModuleType
 import pytest
 
 from leaderd.backends import Candidate
+from leaderd.backends.asks import Ask, Release
 from leaderd.backends.sqlite.backend import SQLiteBackend
 from leaderd.backends.sqlite.schema import RELEASE
 from leaderd.clock import boottime
@@ -66,12 +67,12 @@ async def pair(opened: Opener, tmp_path: Path) -> tuple[SQLiteBackend, SQLiteBac
 
 async def hand_over(a: SQLiteBackend, b: SQLiteBackend, old: int) -> int:
     """node-a releases ``old``, node-b leads: its term."""
-    await a.release(E, A, old)
+    await a.release(Release(E, A, old))
     return await lead(b, B)
 
 
 async def lead(backend: SQLiteBackend, who: Candidate, ttl: float = LONG_TTL) -> int:
-    lease = await backend.acquire_or_renew(E, who, ttl, timeout=10)
+    lease = await backend.acquire_or_renew(Ask(E, who, ttl, 10))
     assert lease.held_by(who), lease
     return lease.term
 
@@ -115,7 +116,7 @@ async def test_a_write_holding_the_lock_commits_before_the_release_which_waits_f
     old = await lead(a, A)
     with fence.fenced(app.conn, E, old):
         app.conn.execute("INSERT INTO fenced_log (term, note) VALUES (?, 'held')", (old,))
-        release = asyncio.create_task(a.release(E, A, old))
+        release = asyncio.create_task(a.release(Release(E, A, old)))
         await asyncio.sleep(BLOCKED_FOR)
         assert not release.done() and holder(tmp_path / "leaderd.db") == "node-a"
     await release  # the commit let it through

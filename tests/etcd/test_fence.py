@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from leaderd.backends import Backend, Candidate, backend_from_url
+from leaderd.backends.asks import Ask, Release
 from tests.etcd.cluster import EtcdCluster
 
 A = Candidate("node-a", "10.0.0.1:80")
@@ -61,7 +62,7 @@ async def election(etcd: EtcdCluster) -> AsyncIterator[tuple[Election, Backend, 
 
 
 async def lead(backend: Backend, who: Candidate) -> int:
-    lease = await backend.acquire_or_renew(E, who, ttl=10, timeout=5)
+    lease = await backend.acquire_or_renew(Ask(E, who, 10, 5))
     assert lease.held_by(who), lease
     return lease.term
 
@@ -72,7 +73,7 @@ async def test_a_stale_leaders_put_after_a_hand_over_is_refused_the_new_leaders_
     e, a, b = election
     old = await lead(a, A)
     assert e.put(old, "by-node-a").returncode == 0
-    await a.release(E, A, old)
+    await a.release(Release(E, A, old))
     refused = e.put(old, "stale")
     assert refused.returncode == 1 and "does not lead" in refused.stderr
     new = await lead(b, B)
@@ -90,7 +91,7 @@ async def test_a_put_racing_the_hand_over_fails_on_the_tenure_it_read(
     e, a, b = election
     old = await lead(a, A)
     tenure = e.tenure()
-    await a.release(E, A, old)
+    await a.release(Release(E, A, old))
     await lead(b, B)
     answer = e.txn(tenure, "racing")
     assert answer.stdout.startswith("FAILURE"), answer.stdout

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from leaderd.backends.jobs import JobRecord
-from leaderd.once_per import due_in
+from leaderd.supervision.once_per import due_in
 
 P = 60.0  # the period
 START = 1_000_000.0  # the last recorded start

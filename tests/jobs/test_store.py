@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from leaderd.backends import Backend, Candidate, backend_from_url
+from leaderd.backends.asks import Ask, Release
 from leaderd.backends.jobs import JobStore, RunStatus, job_store_from_url
 from tests.pgserver import PgServer
 
@@ -41,7 +42,7 @@ async def opened(url: str) -> AsyncIterator[tuple[Backend, Backend, JobStore]]:
 
 
 async def lead(backend: Backend, who: Candidate, ttl: float = 30) -> int:
-    lease = await backend.acquire_or_renew(E, who, ttl=ttl, timeout=5)
+    lease = await backend.acquire_or_renew(Ask(E, who, ttl, 5))
     assert lease.held_by(who), lease
     return lease.term
 
@@ -68,7 +69,7 @@ async def test_at_most_one_start_follows_a_record(
     await store.start(E, A, old, 0)
     again = await store.start(E, A, old, 0)  # the same record read twice: one start only
     assert again.runs == 1
-    await a.release(E, A, old)
+    await a.release(Release(E, A, old))
     new = await lead(b, B)
     assert (await store.start(E, A, old, 1)).runs == 1  # the old term: refused
     assert (await store.start(E, B, new, 0)).runs == 1  # a stale read of the record: refused
@@ -95,7 +96,7 @@ async def test_the_end_of_a_run_and_an_interrupted_one(
     await store.start(E, A, old, 1)
     await store.interrupt(E, 2, old)  # not below its own term: it may still run
     assert (await store.read(E)).status is RunStatus.RUNNING
-    await a.release(E, A, old)
+    await a.release(Release(E, A, old))
     new = await lead(b, B)
     await store.interrupt(E, 2, new)
     await store.finish(E, 2, RunStatus.FAILED, 1)  # too late: it was recorded interrupted

@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 
 from leaderd.backends import Backend, Candidate
+from leaderd.backends.asks import Ask, Release
 from tests.pgserver import PgServer
 from tests.postgres.helpers import admin, opened, unique
 
@@ -62,7 +63,7 @@ async def store(pg_server: PgServer) -> AsyncIterator[Store]:
 
 
 async def lead(backend: Backend, election: str, who: Candidate, ttl: float = 30) -> int:
-    lease = await backend.acquire_or_renew(election, who, ttl=ttl, timeout=5)
+    lease = await backend.acquire_or_renew(Ask(election, who, ttl, 5))
     assert lease.held_by(who), lease
     return lease.term
 
@@ -81,7 +82,7 @@ async def test_a_stale_leaders_write_after_a_hand_over_is_refused_the_new_leader
     async with opened(store.url(), e) as a, opened(store.url(), e) as b, admin(store.pg) as app:
         old = await lead(a, e, A)
         await store.write(app, old, "by node-a")
-        await a.release(e, A, old)
+        await a.release(Release(e, A, old))
         new = await lead(b, e, B)
         assert new > old
         error = await refused(store, app, old)
@@ -108,7 +109,7 @@ async def test_a_released_lease_and_an_unknown_election_fence_every_term(store: 
     e = store.election
     async with opened(store.url(), e) as a, admin(store.pg) as app:
         term = await lead(a, e, A)
-        await a.release(e, A, term)
+        await a.release(Release(e, A, term))
         assert "released" in ((await refused(store, app, term)).detail or "")
         store.election = unique()
         assert "no such election" in ((await refused(store, app, term)).detail or "")
@@ -125,7 +126,7 @@ async def test_a_write_holding_the_fence_commits_before_the_release_which_waits_
             tx = app.transaction()
             await tx.start()
             await app.execute(FENCED_INSERT.format(app=store.app, f=store.function), e, old, "held")
-            release = asyncio.create_task(a.release(e, A, old))
+            release = asyncio.create_task(a.release(Release(e, A, old)))
             # The release is blocked by the fence's share lock on the lease row.
             assert await poll(lambda: watcher.fetchval(WAITING, name), 1)
             assert not release.done()
@@ -151,7 +152,7 @@ async def test_a_write_racing_a_release_that_holds_the_row_waits_then_fails(
             hold = held.transaction()
             await hold.start()
             await held.execute(f"SELECT 1 FROM {history} WHERE election = $1 FOR UPDATE", e)
-            release = asyncio.create_task(a.release(e, A, old))
+            release = asyncio.create_task(a.release(Release(e, A, old)))
             assert await poll(lambda: watcher.fetchval(WAITING, releaser), 1)
             write = asyncio.create_task(store.write(app, old, "racing"))
             assert await poll(lambda: watcher.fetchval(WAITING, writer), 1)
@@ -190,7 +191,7 @@ async def test_a_trigger_or_a_check_constraint_fences_every_plain_write(
         await app.execute(GUARDS[guard].format(app=store.app, f=store.function, election=e))
         old = await lead(a, e, A)
         await app.execute(insert, old, "a")
-        await a.release(e, A, old)
+        await a.release(Release(e, A, old))
         new = await lead(b, e, B)
         with pytest.raises(asyncpg.PostgresError) as info:
             await app.execute(insert, old, "x")
@@ -224,7 +225,7 @@ async def test_a_role_that_may_not_create_the_function_only_gets_a_warning(
             limited = store.pg.dsn(user=role, table=store.table)
             with caplog.at_level(logging.WARNING, logger="leaderd.backends.postgresql"):
                 async with opened(limited, e) as b:
-                    assert (await b.acquire_or_renew(e, B, ttl=30, timeout=5)).held_by(B)
+                    assert (await b.acquire_or_renew(Ask(e, B, 30, 5))).held_by(B)
             assert "may not create the fence function" in caplog.text
             assert not await function_exists(owner, store.function)
         finally:

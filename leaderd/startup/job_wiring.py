@@ -1,0 +1,46 @@
+"""`run --once-per`'s wiring: its job store, its runner, its metrics and its GET /jobs view."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+from ..api.jobs import JobMetrics, job_body
+from ..backends.base import BackendError
+from ..backends.jobs import job_store_from_url
+from ..supervision.once_per import OncePer
+
+if TYPE_CHECKING:
+    from ..api.metrics import Metrics
+    from ..election.engine import Election
+    from ..election.node import Node
+    from .config import Config
+    from .daemon import Job
+
+log = logging.getLogger("leaderd")
+
+
+async def open_runner(
+    config: Config,
+    election: Election,
+    job: Job,
+    socket_path: str,
+    metrics: Metrics,
+    node: Node,
+    teardown: contextlib.AsyncExitStack,
+) -> OncePer | None:
+    """The runner on its opened job store; None (logged) when the record cannot be kept."""
+    assert job.once_per is not None
+    store = job_store_from_url(config.backend)
+    teardown.push_async_callback(store.close)
+    try:
+        await store.open()
+    except BackendError as exc:
+        log.error("cannot keep the record of run --once-per: %s", exc)
+        return None
+    runner = OncePer(job.command, election, store, period=job.once_per, catch_up=job.catch_up,
+                     kill_grace=config.kill_grace, socket_path=socket_path)  # fmt: skip
+    runner.on_run = JobMetrics(metrics.registry, election.name, runner).ran
+    node.jobs[election.name] = lambda: job_body(runner)
+    return runner
