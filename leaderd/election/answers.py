@@ -55,6 +55,8 @@ class ElectionAnswers:
         self._heartbeats = Heartbeats()  # when our answered requests were heard, and sent
         self._history = History(name, (), None)
         self._history_of: tuple[str | None, str, int] | None = None  # the lease it was read at
+        # --elected-hook-gates: a term is answered "leader" only once this says it may be.
+        self.gate: Callable[[int], bool] | None = None
         self._refresh(self._clock.now())
 
     def status(self) -> ElectionStatus:
@@ -90,6 +92,15 @@ class ElectionAnswers:
         now = self._clock.now()
         view = self._refresh(now)
         return (view.term, self.state.deadline) if view.role is Role.LEADER else None
+
+    def held_deadline(self) -> tuple[int, float] | None:
+        """(term, deadline) while this node holds the lease, whether or not the gate lets it
+        answer "leader" yet (the elected hook that opens it needs to know)."""
+        now = self._clock.now()
+        self._refresh(now)
+        lease = self.state.lease
+        leading = self.state.leading(now) and lease is not None
+        return (lease.term, self.state.deadline) if leading and lease is not None else None
 
     def health(self) -> str | None:
         """None while the loop turns on time; else why it looks stalled."""
@@ -145,13 +156,16 @@ class ElectionAnswers:
 
     def _refresh(self, now: float) -> View:
         """Derive the view; on a change of role, leader or term, publish a new revision."""
-        view = self.state.view(now)
+        view = gated = self.state.view(now)
+        if view.role is Role.LEADER and self.gate is not None and not self.gate(view.term):
+            why = f"won election {self.name}, term {view.term}: answering leader once the "
+            view = View(Role.UNKNOWN, None, view.term, why + "elected hook succeeds")
         previous = self._published
         if previous is not None and view.key == previous.key:
             return view
         self._published = view
         self._watchers.next_revision(self._clock.wall())
-        sentence = self.state.sentence(previous, view, now)
+        sentence = view.why if view is not gated else self.state.sentence(previous, view, now)
         level = logging.DEBUG if previous is None else logging.INFO
         holder = view.leader.node_id if view.leader else None
         fields = extra(Event(view.role.value), election=self.name, term=view.term, holder=holder)

@@ -45,6 +45,7 @@ _ENV = {
     "on_demoted": "LEADERD_ON_DEMOTED",
     "on_stop": "LEADERD_ON_STOP",
     "hook_timeout": "LEADERD_HOOK_TIMEOUT",
+    "elected_hook_gates": "LEADERD_ELECTED_HOOK_GATES",
     **{key: f"LEADERD_{key.upper()}" for key in _TIMING_KEYS},
 }
 
@@ -341,7 +342,8 @@ def _hooks(settings: dict[str, Any], elections: tuple[ElectionConfig, ...]) -> H
     given = settings.get("hook_timeout")
     timeout = min([5.0] + [round(r * 0.6, 3) for r in rooms.values()]) if given is None else None
     try:
-        hooks = parse_hooks(settings, timeout or _positive("hook_timeout", given))
+        gates = _flag("elected_hook_gates", settings.get("elected_hook_gates", False))
+        hooks = parse_hooks(settings, timeout or _positive("hook_timeout", given), gates)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     for name, room in rooms.items() if hooks.on_demoted else ():
@@ -352,6 +354,16 @@ def _hooks(settings: dict[str, Any], elections: tuple[ElectionConfig, ...]) -> H
                 "or the demote hook runs before every renewal"
             )
     return hooks
+
+
+def _flag(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if str(value).lower() in ("1", "true", "yes", "on"):
+        return True
+    if str(value).lower() in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigError(f"{key} must be true or false (got {value!r})")
 
 
 def _kill_grace(value: Any, elections: tuple[ElectionConfig, ...]) -> float:

@@ -37,6 +37,9 @@ DAEMON_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                          "the lease can expire"}),
     (("--on-stop",), {"metavar": "CMD", "help": "run CMD when the daemon stops, before its "
                       "release"}),
+    (("--elected-hook-gates",), {"action": "store_const", "const": True, "default": None,
+                                 "help": "answer leader only once the elected hook succeeded; "
+                                         "a failing hook hands over"}),
     (("--hook-timeout",), {**_S, "help": "hooks are killed after S (default: 5)"}),
     (("--max-connections",), {"type": int, "metavar": "N",
                               "help": "API connections per listener (default: 16384)"}),

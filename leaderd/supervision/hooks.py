@@ -47,6 +47,8 @@ class Hooks:
     on_demoted: tuple[str, ...] = ()
     on_stop: tuple[str, ...] = ()
     timeout: float = 5.0
+    # --elected-hook-gates: "leader" only once the elected hook succeeded; a failure hands over.
+    gates: bool = False
 
     @property
     def any(self) -> bool:
@@ -79,7 +81,7 @@ def counter(registry: CollectorRegistry) -> Callable[[str, str, str], None]:
     return counted
 
 
-def parse_hooks(settings: dict[str, object], timeout: float) -> Hooks:
+def parse_hooks(settings: dict[str, object], timeout: float, gates: bool = False) -> Hooks:
     """The hooks of the merged settings; ValueError names a command that is no command."""
     commands = {}
     for key in ("on_elected", "on_demoted", "on_stop"):
@@ -88,7 +90,7 @@ def parse_hooks(settings: dict[str, object], timeout: float) -> Hooks:
             commands[key] = tuple(shlex.split(text))
         except ValueError as exc:
             raise ValueError(f"{key}: {exc} in {text!r}") from None
-    return Hooks(**commands, timeout=timeout)
+    return Hooks(**commands, timeout=timeout, gates=gates and bool(commands["on_elected"]))
 
 
 class HookRunner:
@@ -101,6 +103,9 @@ class HookRunner:
         self._counted = counted  # (election, hook, result): the metrics' hook
         self._elected_term: int | None = None  # the term the elected hook last ran for
         self._seen = Role.UNKNOWN  # the last role seen: a hook's previous role
+        self._open_term = 0  # with gates: the term whose elected hook succeeded
+        if hooks.gates:
+            election.gate = lambda term: term == self._open_term
         self._lock = asyncio.Lock()
         self._stopped = False
         election.step_down_hook = before(self.step_down, election.step_down_hook)
@@ -117,7 +122,7 @@ class HookRunner:
         async with self._lock:
             if self._stopped:
                 return
-            lease = self.election.lease_deadline()
+            lease = self.election.held_deadline()  # gated or not: the hook opens the gate
             role = self.election.status().role
             self._seen = self._seen if role in (Role.LEADER, Role.STOPPED) else role
             budget = self.hooks.timeout if self.hooks.on_demoted else 0.0
@@ -138,8 +143,16 @@ class HookRunner:
 
     async def _elected(self, term: int) -> None:
         previous, self._elected_term, self._seen = self._seen, term, Role.LEADER
-        await self._run("on_elected", self.hooks.on_elected, (Role.LEADER, previous), term,
+        result = await self._run("on_elected", self.hooks.on_elected, (Role.LEADER, previous), term,
                         "elected", None)  # fmt: skip
+        if not self.hooks.gates:
+            return
+        if result == "ok":
+            self._open_term = term
+            self.election.status()  # publish "leader" now, not at the next answer
+        else:
+            log.error("election %s: the elected hook failed, handing over", self.election.name)
+            self.election.resign(self.election.timing.ttl)
 
     async def _demoted(self, reason: str, deadline: float | None) -> None:
         term, self._elected_term = self._elected_term, None
@@ -155,7 +168,7 @@ class HookRunner:
             stopping = self.election.status().role is Role.STOPPED
             if self._elected_term is not None:
                 why = "shutting down" if stopping else "stepping down"
-                lease = self.election.lease_deadline()
+                lease = self.election.held_deadline()
                 await self._demoted(why, lease[1] if lease else None)
             if stopping and not self._stopped:
                 self._stopped = True
@@ -166,12 +179,12 @@ class HookRunner:
     async def _run(
         self, hook: str, command: tuple[str, ...], roles: tuple[Role, Role], term: int,
         reason: str, deadline: float | None,
-    ) -> None:  # fmt: skip
+    ) -> str:  # fmt: skip
         """Run ``command`` for a change of role ``roles`` (new, previous), within the timeout
-        and before ``deadline``."""
+        and before ``deadline``: "ok", or what went wrong."""
         role, previous = roles
         if not command:
-            return
+            return "ok"
         bound = self.hooks.timeout
         if deadline is not None:  # the lease ends first: never outlive it
             bound = min(bound, deadline - boottime())
@@ -186,6 +199,7 @@ class HookRunner:
             log.info("%s (%s): done", line, reason)
         else:
             log.error("%s (%s): %s", line, reason, result)
+        return result
 
 
 async def _execute(command: list[str], env: dict[str, str], timeout: float) -> str:

@@ -142,3 +142,35 @@ def test_the_demote_hook_is_done_before_the_deadline_when_the_backend_goes_away(
         pg.ensure_running()
         pg.psql(f"DROP TABLE IF EXISTS {table}, {table}_members, {table}_history")
         pg.psql(f"DROP FUNCTION IF EXISTS {table}_fence(text, bigint)")
+
+
+def test_with_gates_the_node_answers_leader_only_after_the_elected_hook_succeeded(
+    workdir: str,
+) -> None:
+    marker = os.path.join(workdir, "vip-up")
+    elected = f"sh -c 'sleep 0.5; touch {marker}'"  # within hook_timeout (0.768 s)
+    d = Daemon("node-a", f"sqlite://{workdir}/lease.db", workdir=workdir, ttl=TTL,
+               extra_args=("--on-elected", elected, "--elected-hook-gates")).start()  # fmt: skip
+    answers = []
+    while not answers or answers[-1][0] != 200:
+        code, body = d.get("/leader")
+        answers.append((code, os.path.exists(marker), body and body["role"]))
+        assert d.alive(), d.log()
+    assert all(code != 200 or marked for code, marked, _ in answers), answers
+    assert "unknown" in {role for _, _, role in answers}, answers  # held, not yet answered
+    assert "answering leader once the elected hook succeeds" in d.log()
+
+
+def test_with_gates_a_failing_elected_hook_hands_over(workdir: str) -> None:
+    backend = f"sqlite://{workdir}/lease.db"
+    fails_on_a = "sh -c 'test \"$LEADERD_NODE_ID\" != node-a'"
+    extra = ("--on-elected", fails_on_a, "--elected-hook-gates")
+    a = Daemon("node-a", backend, workdir=workdir, ttl=TTL, extra_args=extra).start()
+    wait_for(lambda: "the elected hook failed, handing over" in a.log(), timeout=10,
+             what="node-a's hook to fail")  # fmt: skip
+    b = Daemon("node-b", backend, workdir=workdir, ttl=TTL, extra_args=extra).start()
+    wait_for(b.is_leader, timeout=15, what="node-b to lead")
+    assert "answered leader" not in a.log()
+    assert a.get("/leader")[0] == 503
+    failed = 'leaderd_hook_runs_total{election="default",hook="on_elected",result="failed"}'
+    assert metric(a, failed) >= 1
