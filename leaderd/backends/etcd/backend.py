@@ -87,7 +87,7 @@ class EtcdBackend(EtcdCampaign, Backend):
         e, give_up = self._election(election), boottime() + DEFAULT_TIMEOUT
         ask = None
         if candidate is not None:
-            ask = Round(election, candidate, ttl, 0, give_up, 0, False, self._heard_at())
+            ask = Round(candidate, ttl, 0, give_up, 0, False, self._heard_at())
         state = await self._read(e, DEFAULT_TIMEOUT, ask)
         answer = await self._observed(e, state)
         return answer if ask is None else replace(answer, heartbeat=kept_in(ask))
@@ -105,7 +105,7 @@ class EtcdBackend(EtcdCampaign, Backend):
         e, candidate, lost_term = self._election(ask.election), ask.candidate, ask.lost_term
         give_up = boottime() + ask.timeout
         heard_at = self._heard_at()
-        round_ = Round(e.name, candidate, ask.ttl, ask.min_term, give_up, lost_term, True, heard_at)
+        round_ = Round(candidate, ask.ttl, ask.min_term, give_up, lost_term, True, heard_at)
         e.asker = candidate
         state = e.state
         news = e.news and not lost_term  # a lost term is recorded by a read

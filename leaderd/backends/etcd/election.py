@@ -11,10 +11,9 @@ from typing import Any
 
 from ..base import Candidate, Lease, LeaseLost
 from ..records import Member
-from .gateway import unb64
 from .grant import Offers
 from .records import Keys, MemberClock
-from .state import Spare, State, holder_of, int_of, mine, named, reservation, revision_of, when
+from .state import Spare, State, holder_of, mine, named, reservation, revision_of, term_of, when
 
 
 @dataclass(eq=False)
@@ -61,7 +60,7 @@ class EtcdElection:
         elif what == "reserved":
             self.state = replace(known, revision=revision, reserved=reservation(kv))
         elif kv is not None:
-            term = int_of(unb64(kv.get("value", "")).decode(errors="replace"))
+            term = term_of(kv)
             self.state = replace(known, revision=revision, term=term, term_modified=revision)
 
     def answer(

@@ -91,9 +91,9 @@ class Spare:
 
 @dataclass(frozen=True)
 class Round:
-    """One request of the etcd backend in a round: who asks, for how long, and until when."""
+    """One request of the etcd backend in a round: who asks, for how long, and until when
+    (in which election: the ``EtcdElection`` it is sent with)."""
 
-    election: str
     me: Candidate
     ttl: float
     min_term: int
@@ -132,7 +132,7 @@ def state_of(answer: Any) -> State:
     ]
     leader, term, reserved = [*kvs, {}, {}, {}][:3]
     holder = holder_of(leader) if leader else None
-    stored = int_of(unb64(term.get("value", "")).decode(errors="replace"))
+    stored = term_of(term)
     held, modified = holder.term if holder else 0, int_of(term.get("mod_revision"))
     return State(revision_of(answer), holder, max(stored, held), modified, reservation(reserved))
 
@@ -162,6 +162,11 @@ def reservation(kv: dict[str, Any] | None) -> Reservation:
         return Reservation()
     node_id = unb64(kv.get("value", "")).decode(errors="replace")
     return Reservation(node_id, int_of(kv.get("create_revision")), int_of(kv.get("lease")))
+
+
+def term_of(kv: dict[str, Any]) -> int:
+    """The term key's value is the term in decimal."""
+    return int_of(unb64(kv.get("value", "")).decode(errors="replace"))
 
 
 def when(text: str) -> dt.datetime | None:

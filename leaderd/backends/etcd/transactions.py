@@ -16,13 +16,13 @@ from .state import Holder, Round, Spare, State, compare, mine
 Operation = dict[str, Any]
 
 
-def read_txn(e: EtcdElection, ask: Round | None, spare: Spare | None) -> dict[str, Any]:
+def read_txn(e: EtcdElection, ask: Round | None) -> dict[str, Any]:
     """The keys of an election and its members, in one transaction (one revision); with
-    ``ask``, that member's heartbeat too."""
+    ``ask``, that member's heartbeat too, offering its spare."""
     keys = e.keys
     ranges = [{"request_range": {"key": b64(name)}} for name in (keys.leader, keys.term,
                                                                   keys.reserved)]  # fmt: skip
-    return {"success": [*ranges, *heard(e, ask, spare), keys.list_members(),
+    return {"success": [*ranges, *heard(e, ask, e.spare), keys.list_members(),
                         keys.list_candidates()]}  # fmt: skip
 
 

@@ -45,7 +45,7 @@ class EtcdView:
     async def _read(self, e: EtcdElection, timeout: float, ask: Round | None = None) -> State:
         """The keys of an election and its members, in one transaction (one revision);
         with ``ask``, that member's heartbeat too."""
-        body = read_txn(e, ask, e.spare)
+        body = read_txn(e, ask)
         answer = await self._call("/v3/kv/txn", body, timeout, "reading the lease")
         e.heard_members(answer, ask.me if ask else None)
         e.heard_offers(answer)
