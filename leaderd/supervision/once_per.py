@@ -67,6 +67,8 @@ class OncePer(Supervisor):
         self.record: JobRecord | None = None  # as last read, for GET /jobs and the metrics
         self.on_run: Callable[[RunStatus, float], None] | None = None  # the metrics' hook
         self._refreshed = float("-inf")
+        self._recorded = asyncio.Event()  # set while no run's end is left to record
+        self._recorded.set()
 
     async def _supervise(self) -> int | None:
         while True:
@@ -80,8 +82,18 @@ class OncePer(Supervisor):
                 continue
             began = boottime()
             self.child_env = {"LEADERD_JOB_RUN": str(started.runs)}
-            code = await self._run_once(term, lease[1])
-            await self._finish(started.runs, code, boottime() - began)
+            self._recorded.clear()
+            try:
+                code = await self._run_once(term, lease[1])
+                await self._finish(started.runs, code, boottime() - began)
+            finally:
+                self._recorded.set()
+
+    async def stop_child(self, election: str) -> None:
+        """The step-down hook: the job's tree is gone and its end recorded before the release,
+        so the next leader reads how it ended (not a run it would mark interrupted)."""
+        await super().stop_child(election)
+        await self._recorded.wait()
 
     async def _until_leading(self) -> tuple[int, float]:
         """As for any child, and meanwhile keep the record fresh for GET /jobs."""
