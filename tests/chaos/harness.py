@@ -94,6 +94,9 @@ class Settings:
     # Stop once every fault kind was injected this many times (duration still caps the run);
     # 0: run the whole duration. The test suite's short runs deal one deck each.
     decks: int = 0
+    # Stop after the first fault that broke a safety rule (duration still caps the run): the
+    # checker's own test needs one violation, not a whole run of them.
+    until_violation: bool = False
 
     @property
     def bound(self) -> float:
@@ -223,7 +226,7 @@ class Chaos(RequestFaults, SqliteFaults):
         await self._start()
         try:
             until = time.monotonic() + self.s.duration
-            while time.monotonic() < until and not self._dealt():
+            while time.monotonic() < until and not self._dealt() and not self._caught():
                 await self._one_fault()
             await self._heal_all()
             await self._check_watchers()
@@ -398,6 +401,10 @@ class Chaos(RequestFaults, SqliteFaults):
             return False
         injected = Counter(fault.kind for fault in self.faults)
         return all(injected[kind] >= self.s.decks for kind in self.kinds)
+
+    def _caught(self) -> bool:
+        """A safety rule already broken, when the run stops at the first one."""
+        return self.s.until_violation and check_safety(self.obs.claims).total > 0
 
     def _next_kind(self) -> str:
         """Every kind once per shuffled deck: a short run still sees each kind."""
