@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import uvloop
 from aiohttp import web
 
-from tests.daemons import REPO, short_tempdir
+from tests.support.daemons import REPO, short_tempdir
 
 # About the size of a leaderd status (a follower naming its leader, lease and members).
 BODY = b'{"election":"default","revision":0,"role":"follower","is_leader":false,' + (

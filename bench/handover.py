@@ -20,7 +20,7 @@ import signal
 import time
 from typing import Any
 
-from tests.daemons import Daemon
+from tests.support.daemons import Daemon
 
 from .common import (
     DEFAULT_TIMING,

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from tests.daemons import Daemon
+from tests.support.daemons import Daemon
 
-pytest_plugins = ["tests.pg_fixtures"]
+pytest_plugins = ["tests.support.pg_fixtures"]
 
 # What a leaderd falls back to without flags, pointed away from this host's own leaderd:
 # its configuration file (/etc/leaderd/leaderd.toml), its socket and state directories

@@ -18,7 +18,7 @@ To add a backend, register one more entry, e.g. for PostgreSQL::
     @register("postgresql+advisory", expire=expire_by_closing, marks=(pytest.mark.postgres,))
     async def _advisory(request: pytest.FixtureRequest) -> str: ...
 
-(and import the fixture the URL function needs, e.g. ``from tests.pg_fixtures import
+(and import the fixture the URL function needs, e.g. ``from tests.support.pg_fixtures import
 pg_server``, at the top of this file so pytest can find it).
 """
 
@@ -39,7 +39,7 @@ from leaderd.backends import Backend, Candidate, backend_from_url
 from leaderd.backends.base import Capability, LeaseLost
 from leaderd.backends.sqlite.backend import SQLiteBackend
 from tests.etcd.fixtures import etcd_cluster  # noqa: F401 - the fixture the etcd entry uses
-from tests.grants import stand_by_asking, stand_with_a_spare
+from tests.support.grants import stand_by_asking, stand_with_a_spare
 
 # Elections every instance opens; tests use these names.
 ELECTIONS = ("default", "other")

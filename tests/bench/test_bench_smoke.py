@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.daemons import REPO
+from tests.support.daemons import REPO
 
 # Each run has its own 120 s timeout; a busy machine needs both it and the checks.
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(300)]

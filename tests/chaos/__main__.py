@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from tests.etcd.chaos import EtcdChaos
-from tests.pgserver import PgServer
+from tests.support.pgserver import PgServer
 
 from .harness import ALL_FAULTS, BACKENDS, Chaos, Settings
 from .report import table, violations_text

@@ -27,8 +27,8 @@ from typing import Any
 import asyncpg
 
 from leaderd.supervision.containment import children
-from tests.daemons import Daemon, short_tempdir
-from tests.pgserver import FakeTimeServer, PgServer
+from tests.support.daemons import Daemon, short_tempdir
+from tests.support.pgserver import FakeTimeServer, PgServer
 
 from .check import (
     Fault,

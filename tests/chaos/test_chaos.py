@@ -14,7 +14,7 @@ import pytest
 
 from tests.chaos.harness import FAULTS, Chaos, Result, Settings
 from tests.etcd.chaos import EtcdChaos
-from tests.pgserver import PgServer
+from tests.support.pgserver import PgServer
 
 # A deck ends well before this; a run that reaches it has missed a kind, and fails.
 CAP = 90.0

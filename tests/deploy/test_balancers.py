@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemons import Daemon, leaders, short_tempdir, wait_for
+from tests.support.daemons import Daemon, leaders, short_tempdir, wait_for
 
 from ._tools import ROOT, require, run
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemons import curl, short_tempdir, wait_for
+from tests.support.daemons import curl, short_tempdir, wait_for
 
 from ._tools import ROOT, context_digest, require, run
 

@@ -11,8 +11,8 @@ from typing import Any
 import asyncpg
 
 from leaderd.backends import Backend, Candidate, backend_from_url
-from tests.backend_calls import ask
-from tests.pgserver import PgServer
+from tests.support.backend_calls import ask
+from tests.support.pgserver import PgServer
 
 SCHEMES = ("postgresql", "postgresql+advisory")
 

@@ -14,8 +14,6 @@ import pytest
 from leaderd.backends import BackendUnavailable, Candidate
 from leaderd.backends.postgres.advisory import advisory_key
 from leaderd.backends.postgres.listen import notify_channel
-from tests.backend_calls import ask, release
-from tests.pgserver import PgServer
 from tests.postgres.helpers import (
     WAITING_FOR_A_LOCK,
     admin,
@@ -26,6 +24,8 @@ from tests.postgres.helpers import (
     unique,
     until,
 )
+from tests.support.backend_calls import ask, release
+from tests.support.pgserver import PgServer
 
 pytestmark = pytest.mark.postgres
 

@@ -11,9 +11,9 @@ import time
 import pytest
 
 from leaderd.backends import BackendFatal, BackendUnavailable, Candidate, backend_from_url
-from tests.backend_calls import ask, release
-from tests.pgserver import PASSWORD, PASSWORD_USER, PgServer
 from tests.postgres.helpers import opened, unique, url
+from tests.support.backend_calls import ask, release
+from tests.support.pgserver import PASSWORD, PASSWORD_USER, PgServer
 
 pytestmark = pytest.mark.postgres
 

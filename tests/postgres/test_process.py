@@ -12,10 +12,10 @@ from collections.abc import Iterator
 import pytest
 
 from leaderd.backends.postgres.advisory import advisory_key
-from tests import switchover
-from tests.daemons import Daemon, leaders, released_to, short_tempdir, wait_for
-from tests.pgserver import PASSWORD, PASSWORD_USER, PgServer
 from tests.postgres.helpers import unique
+from tests.support import switchover
+from tests.support.daemons import Daemon, leaders, released_to, short_tempdir, wait_for
+from tests.support.pgserver import PASSWORD, PASSWORD_USER, PgServer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

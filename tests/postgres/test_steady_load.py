@@ -14,9 +14,9 @@ import asyncpg
 import pytest
 
 from leaderd.backends import Backend, BackendError, Candidate
-from tests.backend_calls import ask
-from tests.pgserver import PgServer
 from tests.postgres.helpers import opened, unique
+from tests.support.backend_calls import ask
+from tests.support.pgserver import PgServer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

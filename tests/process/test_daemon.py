@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests import switchover
-from tests.daemons import REPO, Daemon, curl, leaders, released_to, short_tempdir, wait_for
+from tests.support import switchover
+from tests.support.daemons import REPO, Daemon, curl, leaders, released_to, short_tempdir, wait_for
 
 TTL, RENEW, RETRY = 2.0, 0.5, 0.25
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from leaderd.backends.records import PRUNE_AFTER_TTLS
-from tests.daemons import REPO, Daemon, leaders, short_tempdir, wait_for
 from tests.etcd.fixtures import etcd_cluster  # noqa: F401 - the etcd URL's fixture
-from tests.pg_fixtures import pg_server  # noqa: F401 - the PostgreSQL URLs' fixture
+from tests.support.daemons import REPO, Daemon, leaders, short_tempdir, wait_for
+from tests.support.pg_fixtures import pg_server  # noqa: F401 - the PostgreSQL URLs' fixture
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.daemons import Daemon, short_tempdir, wait_for
-from tests.referee import Referee
+from tests.support.daemons import Daemon, short_tempdir, wait_for
+from tests.support.referee import Referee
 
 TTL, RENEW = 2.0, 0.5
 HOLD = 3 * RENEW  # the engine gives up after RENEW, then campaigns: one more round at least

@@ -19,7 +19,6 @@ import time
 
 import pytest
 
-from tests.daemons import wait_for
 from tests.supervisor.cluster import Cluster, wait_dead
 from tests.supervisor.records import (
     LEASE_WINDOW,
@@ -30,10 +29,11 @@ from tests.supervisor.records import (
     keeper_of,
     tree,
 )
+from tests.support.daemons import wait_for
 
 pytestmark = pytest.mark.slow
 
-RENEW = 0.5  # the tests' renew_interval (tests/daemons.py)
+RENEW = 0.5  # the tests' renew_interval (tests/support/daemons.py)
 
 
 def test_keeper_killed_takes_the_whole_tree_and_is_an_internal_failure(contained: Cluster) -> None:

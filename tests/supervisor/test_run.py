@@ -17,7 +17,6 @@ import time
 
 import pytest
 
-from tests.daemons import wait_for
 from tests.supervisor.cluster import Cluster, wait_dead
 from tests.supervisor.records import (
     GRACE,
@@ -28,6 +27,7 @@ from tests.supervisor.records import (
     events,
     tree,
 )
+from tests.support.daemons import wait_for
 
 pytestmark = pytest.mark.slow
 
