@@ -176,9 +176,20 @@ class ControlPlane:
             "--endpoint-reconciler-type=none",
             "--profiling=false", "--enable-logs-handler=false",
         ]  # fmt: skip
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        self._args = args
+        self.start_server()
         return Client(f"https://127.0.0.1:{port}", ca[0], admin_token)
+
+    def start_server(self) -> None:
+        """Start kube-apiserver (again, after kill_server) with the same flags and state."""
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self._args, stdout=log, stderr=subprocess.STDOUT)
+
+    def kill_server(self) -> None:
+        """SIGKILL kube-apiserver; etcd, and so every object, stays."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Until /readyz answers ok: etcd reached, built-in roles and API groups set up."""
@@ -225,9 +236,7 @@ class ControlPlane:
         return Client(self.admin.server, self.admin.cacert, grant["status"]["token"])
 
     def cleanup(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(30)
+        self.kill_server()
         if self.etcd is not None:
             self.etcd.cleanup()
         shutil.rmtree(self.workdir, ignore_errors=True)
