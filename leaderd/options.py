@@ -15,7 +15,8 @@ DAEMON_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("-c", "--config"), {"dest": "config_file", "metavar": "FILE",
                           "help": f"TOML configuration file (default: {_DEFAULT_FILE})"}),
     (("--backend",), {"metavar": "URL", "help": "sqlite:///PATH, postgresql://..., "
-                      "postgresql+advisory://..., etcd://... or static:// (default: SQLite)"}),
+                      "postgresql+advisory://..., etcd://..., kubernetes:///NS "
+                      "or static:// (default: SQLite)"}),
     (("--election",), {"dest": "elections", "action": "append", "metavar": "NAME",
                        "help": "take part in election NAME (repeatable; default: default)"}),
     (("--node-id",), {"metavar": "ID", "help": "this daemon's unique name (default: host name)"}),
