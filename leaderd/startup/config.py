@@ -349,7 +349,7 @@ def _kill_grace(value: Any, elections: tuple[ElectionConfig, ...]) -> float:
 def _label_pod(value: Any, elections: tuple[ElectionConfig, ...]) -> tuple[str, str] | None:
     if value in (None, ""):
         return None
-    from .backends.kubernetes.labels import parse_label
+    from ..backends.kubernetes.labels import parse_label
 
     if len(elections) > 1 and "default" not in {e.name for e in elections}:
         raise ConfigError(

@@ -208,7 +208,7 @@ class Daemon:
         return helpers
 
     async def _label_pod(self, node: Node, label: tuple[str, str]) -> None:
-        from .backends.kubernetes.pod_label import label_pod
+        from ..backends.kubernetes.pod_label import label_pod
 
         election = node.election(None)
         assert election is not None  # config: the only election, or default

@@ -10,6 +10,7 @@ import pytest
 
 from leaderd.backends import backend_from_url
 from leaderd.backends.base import Candidate, LeaseLost
+from tests.backend_calls import ask
 from tests.kubernetes.cluster import NAMESPACE, ControlPlane
 from tests.kubernetes.electors import LEASES
 
@@ -25,14 +26,14 @@ async def test_a_deleted_lease_is_lost_at_once(kube: ControlPlane, tmp_path: Pat
     await backend.open(["default"])
     try:
         me = Candidate("node-a")
-        first = await backend.acquire_or_renew("default", me, 60.0, timeout=10.0)
+        first = await ask(backend, "default", me, 60.0, timeout=10.0)
         assert first.held_by(me)
         await backend.wait_for_change("default", 0.5)  # nothing is news: returns quietly
         kube.admin.ok("DELETE", f"{LEASES}/{prefix}default")
         with pytest.raises(LeaseLost, match="deleted"):
             for _ in range(50):
                 await backend.wait_for_change("default", 0.2)
-        again = await backend.acquire_or_renew("default", me, 60.0, timeout=10.0)
+        again = await ask(backend, "default", me, 60.0, timeout=10.0)
         assert again.held_by(me) and again.term > first.term
     finally:
         await backend.close()

@@ -13,7 +13,8 @@ from leaderd.backends.base import BackendFatal, BackendUnavailable, Candidate
 from leaderd.backends.kubernetes.backend import KubernetesBackend
 from leaderd.backends.kubernetes.config import KubeSettings
 from leaderd.backends.kubernetes.labels import parse_label
-from leaderd.config import ConfigError, load
+from leaderd.startup.config import ConfigError, load
+from tests.backend_calls import ask
 from tests.kubernetes.cluster import NAMESPACE, ControlPlane
 
 
@@ -112,7 +113,7 @@ async def test_a_rotated_token_is_read_again(kube: ControlPlane, tmp_path: Path)
         replacement = account / "token.new"
         replacement.write_text(kube.restricted.token or "")
         replacement.rename(account / "token")  # as kubelet's atomic writer swaps it
-        lease = await backend.acquire_or_renew("default", Candidate("a"), 30.0, timeout=10.0)
+        lease = await ask(backend, "default", Candidate("a"), 30.0, timeout=10.0)
         assert lease.holder == "a"
     finally:
         await backend.close()

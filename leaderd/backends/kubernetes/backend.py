@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...clock import boottime
+from ..asks import Ask, Release
 from ..base import (
     Backend,
     BackendError,
@@ -37,7 +38,7 @@ from ..base import (
     Lease,
     LeaseLost,
 )
-from ..records import EndReason, Member, Tenure, end_text
+from ..records import Member, Tenure, end_text
 from . import codec, history
 from .codec import Record
 from .config import KubeSettings
@@ -52,8 +53,8 @@ _RACES = 3
 
 
 @dataclass(frozen=True)
-class Ask:
-    """One acquire-or-renew: who asks, for how long, what it may take over."""
+class Claim:
+    """One acquire-or-renew (an Ask) with the instance it gives up at."""
 
     election: str
     candidate: Candidate
@@ -65,6 +66,12 @@ class Ask:
 
     def left(self) -> float:
         return max(0.001, self.give_up - boottime())
+
+    @classmethod
+    def of(cls, ask: Ask) -> Claim:
+        give_up = boottime() + ask.timeout
+        return cls(ask.election, ask.candidate, ask.ttl, give_up, ask.takeover, ask.min_term,
+                   ask.lost_term)  # fmt: skip
 
 
 class KubernetesBackend(Backend):
@@ -180,23 +187,11 @@ class KubernetesBackend(Backend):
         )
         return self._answer(election, record, members, heartbeat, candidate)
 
-    async def acquire_or_renew(
-        self,
-        election: str,
-        candidate: Candidate,
-        ttl: float,
-        timeout: float,
-        wait: float = 0.0,
-        *,
-        takeover: str = "",
-        min_term: int = 0,
-        lost_term: int = 0,
-    ) -> Lease:
-        ask = Ask(election, candidate, ttl, boottime() + timeout, takeover, min_term, lost_term)
-        self._me[election] = candidate
-        return await self.campaign(ask)
+    async def acquire_or_renew(self, ask: Ask) -> Lease:
+        self._me[ask.election] = ask.candidate
+        return await self.campaign(Claim.of(ask))
 
-    async def campaign(self, ask: Ask) -> Lease:
+    async def campaign(self, ask: Claim) -> Lease:
         """Read (unless what is known may be written on at once), then acquire, renew or
         follow; the member heartbeat goes beside it."""
         record, (members, heartbeat) = await asyncio.gather(
@@ -209,7 +204,7 @@ class KubernetesBackend(Backend):
             self._held.pop(ask.election, None)
         return lease
 
-    async def _decide(self, ask: Ask) -> Record | None:
+    async def _decide(self, ask: Claim) -> Record | None:
         election, me = ask.election, ask.candidate
         for _ in range(_RACES):
             # A free Lease, or our own, may be written on what is known: a stale one is a 409.
@@ -225,7 +220,7 @@ class KubernetesBackend(Backend):
                 continue
         raise BackendUnavailable(f"acquiring election {election}: lost {_RACES} races")
 
-    async def _claim(self, ask: Ask, record: Record | None) -> Record | None:
+    async def _claim(self, ask: Claim, record: Record | None) -> Record | None:
         election, me = ask.election, ask.candidate
         if record is None or record.holder is None:
             return await self._acquire(ask, record)
@@ -248,7 +243,7 @@ class KubernetesBackend(Backend):
             await self._say_lost(ask, record)
         return record
 
-    async def _acquire(self, ask: Ask, record: Record | None) -> Record:
+    async def _acquire(self, ask: Claim, record: Record | None) -> Record:
         base = record.term if record is not None else codec.first_term() - 1
         term = max(base + 1, ask.min_term)
         now = codec.micro_time(codec.now_wall())
@@ -258,7 +253,7 @@ class KubernetesBackend(Backend):
         )
         return await self._write("POST" if record is None else "PUT", ask.election, raw, ask.left())
 
-    async def _say_lost(self, ask: Ask, record: Record) -> None:
+    async def _say_lost(self, ask: Claim, record: Record) -> None:
         """A term this candidate stepped down from for want of the backend: its record says so
         (best effort: a 409 leaves it to say "taken over")."""
         tenures = history.lost(record, ask.candidate, ask.lost_term)
@@ -267,20 +262,11 @@ class KubernetesBackend(Backend):
                 raw = codec.with_history(record, tenures)
                 await self._write("PUT", ask.election, raw, ask.left())
 
-    async def release(
-        self,
-        election: str,
-        candidate: Candidate,
-        term: int,
-        reason: EndReason = EndReason.RELEASED,
-        *,
-        reserve_for: str = "",
-        ttl: float = 0.0,
-        grant: bool = False,
-        version: str = "",
-    ) -> None:
+    async def release(self, release: Release) -> None:
         # Neither reservations nor grants (capabilities): the release frees the Lease.
-        await self.give_back(election, candidate, term, end_text(reason, reserve_for), version)
+        reason = end_text(release.reason, release.reserve_for)
+        await self.give_back(release.election, release.candidate, release.term, reason,
+                             release.version)  # fmt: skip
 
     async def give_back(
         self, election: str, candidate: Candidate, term: int, reason: str, version: str = ""
