@@ -4,11 +4,16 @@ Pods are real API objects (no kubelet runs: they never start, and need not)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from leaderd.backends.kubernetes.config import KubeSettings
+from leaderd.backends.kubernetes.pod_label import PodLabel
 from tests.daemons import Daemon, leaders, wait_for
 from tests.kubernetes.cluster import NAMESPACE, SERVICE_ACCOUNT, ControlPlane
 from tests.kubernetes.electors import LEASES
@@ -83,3 +88,63 @@ def test_the_leaders_pod_alone_carries_the_label(
         assert kube.admin.ok("GET", lease)["spec"]["holderIdentity"] == ""
         assert KEY not in labels(kube, pods[standby.node_id])
         assert version(kube, f"{PODS}/{pods[standby.node_id]}") < version(kube, lease)
+
+
+class Following:
+    """What the label follows, as the test sets it: the seconds left of the hold."""
+
+    def __init__(self) -> None:
+        self.step_down_hook: Any = None
+        self.left: float | None = None
+        self.listeners: list[Any] = []
+
+    def lease_left(self) -> float | None:
+        return self.left
+
+    def add_listener(self, listener: Any) -> None:
+        self.listeners.append(listener)
+
+    def change(self, left: float | None) -> None:
+        self.left = left
+        for listener in self.listeners:
+            listener(None)
+
+
+async def until_labelled(kube: ControlPlane, pod: str, present: bool) -> None:
+    for _ in range(200):
+        if (KEY in await asyncio.to_thread(labels, kube, pod)) == present:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the label never became {'present' if present else 'absent'}")
+
+
+async def test_the_step_down_hook_removes_the_label_before_it_returns(
+    kube: ControlPlane, tmp_path: Path
+) -> None:
+    """The hand-over awaits the hook before its release: when the hook returns, the pod has
+    no label (the run loop is not told, so only the hook can have removed it). And a hold
+    with less than one renewal interval left loses the label before its deadline."""
+    pod = f"pod-{uuid.uuid4().hex[:8]}"
+    await asyncio.to_thread(new_pod, kube, pod)
+    kubeconfig = kube.restricted.kubeconfig(str(tmp_path / "kubeconfig"))
+    settings = KubeSettings.from_url(f"kubernetes:///{NAMESPACE}?kubeconfig={kubeconfig}")
+    label = PodLabel(settings, (KEY, VALUE), 1.0, env={"POD_NAME": pod})
+    election = Following()
+    label.follow(election)
+    running = asyncio.create_task(label.run(election))
+    try:
+        election.change(10.0)
+        await until_labelled(kube, pod, True)
+        election.left = None  # stopping, unannounced: the loop would notice only later
+        await election.step_down_hook("default")
+        assert KEY not in await asyncio.to_thread(labels, kube, pod)
+
+        election.change(10.0)
+        await until_labelled(kube, pod, True)
+        election.change(0.9)  # an outage: less than one renewal interval left
+        await until_labelled(kube, pod, False)
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        await label.close()
