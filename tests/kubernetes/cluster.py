@@ -43,6 +43,18 @@ ROLE_RULES = [
 ]
 
 
+def role_binding() -> dict[str, Any]:
+    """The RoleBinding that grants SERVICE_ACCOUNT the Role of ROLE_RULES (faults delete it,
+    and create it again from here)."""
+    return {
+        "metadata": {"name": SERVICE_ACCOUNT, "namespace": NAMESPACE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": SERVICE_ACCOUNT},
+        "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT,
+                      "namespace": NAMESPACE}],
+    }  # fmt: skip
+
+
 class ControlPlaneError(RuntimeError):
     """The control plane could not be built, started or set up; the message says why."""
 
@@ -219,18 +231,7 @@ class ControlPlane:
         self.admin.ok("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
         self.admin.ok("POST", f"{ns}/serviceaccounts", {"metadata": meta})
         self.admin.ok("POST", f"{rbac}/roles", {"metadata": meta, "rules": ROLE_RULES})
-        binding = {
-            "metadata": meta,
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": SERVICE_ACCOUNT,
-            },
-            "subjects": [
-                {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}
-            ],
-        }
-        self.admin.ok("POST", f"{rbac}/rolebindings", binding)
+        self.admin.ok("POST", f"{rbac}/rolebindings", role_binding())
         request = {"spec": {"expirationSeconds": 3600}}
         grant = self.admin.ok("POST", f"{ns}/serviceaccounts/{SERVICE_ACCOUNT}/token", request)
         return Client(self.admin.server, self.admin.cacert, grant["status"]["token"])

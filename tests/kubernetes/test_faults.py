@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemons import Daemon, leaders, wait_for
-from tests.kubernetes.cluster import NAMESPACE, SERVICE_ACCOUNT, ControlPlane
+from tests.kubernetes.cluster import NAMESPACE, SERVICE_ACCOUNT, ControlPlane, role_binding
 from tests.kubernetes.referee import MixedReferee
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -56,11 +56,8 @@ def etcd_stopped(kube: ControlPlane) -> Callable[[], None]:
 
 def forbidden(kube: ControlPlane) -> Callable[[], None]:
     """The RoleBinding goes: every request of the daemons' service account is 403."""
-    binding = kube.admin.ok("GET", f"{BINDING}/{SERVICE_ACCOUNT}")
     kube.admin.ok("DELETE", f"{BINDING}/{SERVICE_ACCOUNT}")
-    restored = {k: binding[k] for k in ("metadata", "roleRef", "subjects")}
-    restored["metadata"] = {"name": SERVICE_ACCOUNT, "namespace": NAMESPACE}
-    return lambda: kube.admin.ok("POST", BINDING, restored)
+    return lambda: kube.admin.ok("POST", BINDING, role_binding())
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,10 @@
 """HTTP to the API server over aiohttp (which leaderd already ships for its own API): the one
 error boundary of the kubernetes backend. Every failure leaves here as a one-line
 BackendError that never carries the token: a connection refused or a timeout is
-BackendUnavailable, and so is 401 (a token that expired: the next request reads the token file
-again); a 403 (RBAC refuses, a revoked token) or a malformed answer is BackendFatal.
+BackendUnavailable, and so are 401 (a token that expired: the next request reads the token file
+again) and 403 (RBAC refuses: a RoleBinding applied after the pod started, or revoked, is
+someone's change away from working, so the daemon keeps trying and says why); a request the
+server calls malformed (400, 422) is BackendFatal.
 
 The bearer token is read from its file again whenever the file changes (kubelet rotates the
 projected service-account token about hourly, replacing it under the same path).
@@ -157,9 +159,9 @@ def _checked(what: str, status: int, raw: bytes) -> Answer:
     message = f"{what}: {status} {str(body.get('message', '')).strip()[:300]}".rstrip()
     if status == 409:
         raise Conflict(message)
-    if status in (400, 403, 422):
+    if status in (400, 422):
         raise BackendFatal(message)
-    raise BackendUnavailable(message)  # 401 (token expired), 429, 5xx: try again later
+    raise BackendUnavailable(message)  # 401, 403, 429, 5xx: try again later
 
 
 def _reason(exc: BaseException) -> str:
