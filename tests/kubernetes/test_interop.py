@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import signal
 import uuid
 from pathlib import Path
 
@@ -101,3 +102,30 @@ def test_leaderd_and_client_go_hand_over_both_ways(
         spec = spec_of(kube, lease)
         assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("client-go-b", 2)
     assert referee.led(leader.node_id), "the referee never saw the daemon lead"
+
+
+def test_client_go_takes_over_from_a_frozen_daemon_only_after_its_deadline(
+    kube: ControlPlane, electors: list[Elector], tmp_path: Path, workdir: str
+) -> None:
+    """leaderd leads, client-go stands by; the daemon is frozen (SIGSTOP). client-go takes the
+    Lease once it has seen it unchanged for leaseDurationSeconds, and the thawed daemon's
+    first answer is "not leader": the referee finds no instant with two leaders."""
+    prefix = f"z{uuid.uuid4().hex[:8]}-"
+    url = kube_url(kube, tmp_path, prefix)
+    (daemon,) = daemons = [
+        Daemon("node-0", url, workdir=workdir, elections=("interop",), ttl=4.0,
+               renew_interval=1.0, retry_interval=0.25).start()
+    ]  # fmt: skip
+    with MixedReferee(daemons, electors):
+        wait_for(lambda: leaders(daemons), timeout=30, what="the daemon to lead")
+        standby = Elector(kube, prefix + "interop", "client-go-c", tmp_path, ("4s", "3s", "250ms"))
+        electors.append(standby)
+        assert standby.wait_line("leader ") == "leader node-0"
+        daemon.signal(signal.SIGSTOP)
+        try:
+            standby.wait_line("leading", timeout=30)
+        finally:
+            daemon.signal(signal.SIGCONT)
+        assert daemon.is_leader() is False
+        spec = spec_of(kube, prefix + "interop")
+        assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("client-go-c", 2)
