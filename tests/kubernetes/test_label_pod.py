@@ -148,3 +148,20 @@ async def test_the_step_down_hook_removes_the_label_before_it_returns(
         with contextlib.suppress(asyncio.CancelledError):
             await running
         await label.close()
+
+
+def test_the_label_works_beside_any_backend(
+    kube: ControlPlane, tmp_path: Path, workdir: str
+) -> None:
+    """On sqlite:// the label's credentials come from $KUBECONFIG (in a pod: its service
+    account), the namespace from $POD_NAMESPACE; SIGTERM removes the label."""
+    pod = f"pod-{uuid.uuid4().hex[:8]}"
+    new_pod(kube, pod)
+    kubeconfig = kube.restricted.kubeconfig(str(tmp_path / "kubeconfig"))
+    env = {"POD_NAME": pod, "POD_NAMESPACE": NAMESPACE, "KUBECONFIG": kubeconfig}
+    daemon = Daemon("node-a", f"sqlite://{tmp_path}/lease.db", workdir=workdir,
+                    extra_args=("--label-pod", f"{KEY}={VALUE}"), env=env).start()  # fmt: skip
+    wait_for(lambda: daemon.is_leader(), timeout=30, what="the daemon to lead")
+    wait_for(lambda: labels(kube, pod).get(KEY) == VALUE, timeout=10, what="the label")
+    assert daemon.stop() == 0
+    assert KEY not in labels(kube, pod)
