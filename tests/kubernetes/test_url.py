@@ -78,6 +78,14 @@ def test_bad_urls_are_fatal_and_say_why(url: str, says: str, tmp_path: Path) -> 
         KubeSettings.from_url(url, env)
 
 
+def test_an_unknown_option_is_named_and_its_value_never_shown(tmp_path: Path) -> None:
+    env = {"KUBECONFIG": kubeconfig(tmp_path / "config", {"token": "t"})}
+    with pytest.raises(BackendFatal) as refused:
+        KubeSettings.from_url("kubernetes:///ns?token=s3cr3t&lease-prefix=a-", env)
+    assert "'token'" in str(refused.value) and "s3cr3t" not in str(refused.value)
+    assert "lease-prefix=a-" in str(refused.value)
+
+
 def test_an_election_that_cannot_name_a_lease_is_fatal(tmp_path: Path) -> None:
     s = KubeSettings.from_url(f"kubernetes:///ns?kubeconfig={kubeconfig(tmp_path / 'c', {})}")
     with pytest.raises(BackendFatal, match="Lease name"):

@@ -60,7 +60,10 @@ class KubeSettings:
             query = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
         except ValueError:
             raise BackendFatal(f"invalid kubernetes URL: {_USAGE}") from None
-        description = url
+        # Only what the URL form allows is shown: an option it does not know (a token someone
+        # put there) is named, never its value.
+        known = urllib.parse.urlencode({k: v for k, v in query.items() if k in _PARAMS}, safe="/")
+        description = f"kubernetes://{parts.path}" + (f"?{known}" if known else "")
         unknown = sorted(set(query) - set(_PARAMS))
         if unknown or parts.netloc or parts.fragment or parts.path.count("/") > 1:
             what = f"unknown option(s) {unknown}" if unknown else "a host, fragment or long path"
