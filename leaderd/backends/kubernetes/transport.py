@@ -107,11 +107,12 @@ class KubeClient:
         return _checked(what, status, raw)
 
     @asynccontextmanager
-    async def stream(self, path: str) -> AsyncIterator[AsyncIterator[Any]]:
-        """A watch: each JSON line the server sends, decoded, until it ends the stream."""
+    async def stream(self, path: str, silent: float) -> AsyncIterator[AsyncIterator[Any]]:
+        """A watch: each JSON line the server sends, decoded, until it ends the stream, or
+        until it has been ``silent`` seconds (a server that vanished without a reset)."""
         what = f"watching {path.partition('?')[0]}"
         timeout = aiohttp.ClientTimeout(
-            total=None, connect=_CONNECT_TIMEOUT, sock_connect=_CONNECT_TIMEOUT
+            total=None, connect=_CONNECT_TIMEOUT, sock_connect=_CONNECT_TIMEOUT, sock_read=silent
         )
         try:
             async with self._open().get(

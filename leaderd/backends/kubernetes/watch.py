@@ -111,7 +111,9 @@ class LeaseWatch:
             f"&timeoutSeconds={_WATCH_SECONDS}&resourceVersion={since}"
         )
         try:
-            async with self._client.stream(self._path + query) as events:
+            # The server ends each watch after _WATCH_SECONDS and sends bookmarks meanwhile:
+            # a stream silent for longer is dead, and is replaced.
+            async with self._client.stream(self._path + query, _WATCH_SECONDS + 30) as events:
                 self.watching[election] = True
                 async for event in events:
                     since = self._handle(election, event) or since
