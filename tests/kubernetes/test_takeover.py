@@ -41,7 +41,9 @@ def test_a_silent_leader_is_taken_over_after_one_ttl(
         leader.signal(signum)
         successor = wait_for(lambda: leaders(others), timeout=TTL * 4, what="a successor")[0]
         assert successor.get("/leader")[1]["term"] > term
-        assert history(successor, 2)[1] == (term, leader.node_id, "taken over after expiry")
+        taken = (term, leader.node_id, "taken over after expiry")
+        wait_for(lambda: history(successor, 2)[1:] == [taken], timeout=10,
+                 what="the history to say the term was taken over")  # fmt: skip
         if signum == signal.SIGSTOP:
             leader.signal(signal.SIGCONT)
             assert leader.is_leader() is False  # its first answer after the pause
