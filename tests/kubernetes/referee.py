@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tests.chaos.check import Claim
-from tests.daemons import Daemon
+from tests.daemons import Daemon, wait_for
 from tests.kubernetes.electors import Elector
 from tests.referee import Referee
 
@@ -35,3 +35,9 @@ class MixedReferee(Referee):
 
     def led(self, node: str) -> list[Claim]:
         return [c for c in self.claims if c.node == node]
+
+    def wait_seen(self, daemon: Daemon, timeout: float = 10.0) -> None:
+        """Until this referee has seen ``daemon`` lead: its poll of a frozen daemon waits out a
+        2 s timeout, so it may trail the test."""
+        wait_for(lambda: self.led(daemon.node_id), timeout=timeout,
+                 what=f"the referee to see {daemon.node_id} lead")  # fmt: skip

@@ -80,6 +80,7 @@ def test_a_control_plane_fault_fails_closed(
         for d in daemons:
             d.wait_ready(30)
         leader = wait_for(lambda: leaders(daemons), timeout=30, what="a leader")[0]
+        referee.wait_seen(leader)
         heal = fault(kube)
         try:
             wait_for(lambda: not leaders(daemons), timeout=TTL + 5, what="the leader to step down")
@@ -91,4 +92,3 @@ def test_a_control_plane_fault_fails_closed(
             heal()
         wait_for(lambda: leaders(daemons), timeout=60, what="a leader once healed")
     assert "stepping down from election default" in leader.log()
-    assert referee.claims, "the referee saw no leader"
