@@ -90,6 +90,7 @@ async def running(body: bytes = BODY) -> AsyncIterator[FloorServer]:
         sys.executable, "-m", "bench.floor_server", "--socket", path, "--body", body_file,
         cwd=REPO,
         stdout=asyncio.subprocess.PIPE,
+        start_new_session=True,  # like the daemons: its own session (and scheduler autogroup)
     )  # fmt: skip
     try:
         assert proc.stdout is not None

@@ -84,9 +84,10 @@ class Connections:
     _sweep: asyncio.TimerHandle | None = field(default=None, repr=False)
 
     def arm(self, connection: Connection, seconds: float) -> None:
-        loop = asyncio.get_running_loop()
         self._deadlines[connection] = boottime() + seconds
         if self._sweep is None:
+            # Only here: get_running_loop() costs a getpid() system call, twice a request.
+            loop = asyncio.get_running_loop()
             self._sweep = loop.call_later(self._sweep_every(), self._expire_due)
 
     def disarm(self, connection: Connection) -> None:
