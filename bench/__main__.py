@@ -77,13 +77,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="LIST",
         help="concurrency levels for /leader (default 1,8,32)",
     )
-    p.add_argument(
-        "--leader-duration", type=float, default=3.0, help="seconds per window (default 3)"
-    )
+    p.add_argument("--leader-duration", type=float, default=1.0, help="seconds per /leader window")
     p.add_argument(
         "--leader-rounds",
         type=int,
-        default=3,
+        default=10,
         help="/leader windows per level on leaderd, and as many on bare aiohttp, alternating",
     )
     p.add_argument(
