@@ -24,7 +24,7 @@ from .engine import Election
 from .history import DEFAULT_LIMIT, MAX_LIMIT
 from .metrics import Metrics
 from .node import Node
-from .routing import Handler, error, route_fallback, route_get, route_post
+from .routing import Handler, error, route_fallback, route_get, route_instant, route_post
 from .status import ElectionStatus, Role
 
 DEFAULT_WATCH_TIMEOUT = 30.0
@@ -62,8 +62,9 @@ def build_app(
     api = _Api(node, metrics, read_only, heartbeat)
     app = web.Application(client_max_size=64 * 1024)
     app.on_shutdown.append(api.on_shutdown)
+    for tail in ("", "/{election}"):
+        route_instant(app, "/leader" + tail, api.leader)
     get: list[tuple[str, Handler]] = [
-        ("/leader", api.leader),
         ("/standby", api.standby),
         ("/watch", api.watch),
         ("/members", api.members),
@@ -174,7 +175,7 @@ class _Api:
 
     # ---- the election endpoints ----
 
-    async def leader(self, request: web.Request) -> web.Response:
+    def leader(self, request: web.Request) -> web.Response:
         election = self.node.election(request.match_info.get("election"))
         if election is None:
             return self._unknown(request)

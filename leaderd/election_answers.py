@@ -179,7 +179,7 @@ class ElectionAnswers:
         """Derive the view; on a change of role, leader or term, publish a new revision."""
         view = self.state.view(now)
         previous = self._published
-        if previous is not None and view.key == previous.key:
+        if view is previous or (previous is not None and view.key == previous.key):
             return view
         self._published = view
         self._watchers.next_revision(self._clock.wall())
