@@ -356,16 +356,25 @@ def _headers(revision: int) -> Mapping[str, str]:
     return {"Content-Type": _JSON, "Leaderd-Revision": str(revision)}
 
 
-@functools.lru_cache(maxsize=16)
-def _encoded(status: ElectionStatus) -> bytes:
-    """Many watchers woken by one change get equal statuses: encode each once."""
-    return jsonio.dumps(status.to_dict())
+class _LastEncoded:
+    """Many watchers woken by one change are answered the same status object (watchers.py):
+    encode it once, found by identity (hashing a status for each of them costs more)."""
+
+    def __init__(self) -> None:
+        self.status: ElectionStatus | None = None
+        self.body = b""
+
+    def __call__(self, status: ElectionStatus) -> bytes:
+        if status is not self.status:
+            self.status, self.body = status, jsonio.dumps(status.to_dict())
+        return self.body
+
+
+_encoded = _LastEncoded()
 
 
 def _json_status(status: ElectionStatus) -> web.Response:
-    response = web.Response(body=_encoded(status), content_type=_JSON)
-    response.headers["Leaderd-Revision"] = str(status.revision)
-    return response
+    return web.Response(body=_encoded(status), headers=_headers(status.revision))
 
 
 def _event(status: ElectionStatus, sse: bool) -> bytes:
