@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from leaderd.connections import Limits
+from leaderd.api.connections import Limits
 
 from .test_connections import Serve, served  # noqa: F401 - the fixture
 

@@ -12,8 +12,8 @@ import orjson
 import pytest
 
 from leaderd.backends.base import Candidate
-from leaderd.engine import Election
-from leaderd.status import Role
+from leaderd.election.engine import Election
+from leaderd.election.status import Role
 
 from .test_engine import CASES, THREE_NODES, TWO_NODES, A, Advance, B, C, Round, Step, World
 

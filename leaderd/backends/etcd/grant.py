@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from ..asks import Heir
 from ..base import Candidate
 from ..records import EndReason
 from .gateway import b64, unb64
@@ -92,20 +93,23 @@ class Offers:
         self._offers.get(election, {}).pop((node_id, instance), None)
 
 
-def successor(
+def freshest_heir(
     offers: dict[tuple[str, str], Candidacy],
-    releaser: str,
+    heir: Heir,
     age: Callable[[Candidacy], float | None],
-    within: float,
+    ttl: Callable[[Candidacy], float | None],
 ) -> Candidacy | None:
-    """The candidate of another node id whose member record changed most recently, if that
-    was less than ``within`` seconds ago on this daemon's clock."""
+    """The candidate ``heir`` allows whose member record changed most recently on this
+    daemon's clock (``age``), judged against the member's own ``ttl``; ties by node id and
+    instance, as the SQL backends order them."""
     live = [
-        (seen, offer)
+        (seen, offer.node_id, offer.instance, offer)
         for offer in offers.values()
-        if offer.node_id != releaser and (seen := age(offer)) is not None and seen < within
+        if (seen := age(offer)) is not None
+        and (own := ttl(offer)) is not None
+        and heir.may_inherit(offer.node_id, seen, own)
     ]
-    return min(live, key=lambda pair: pair[0])[1] if live else None
+    return min(live, key=lambda found: found[:3])[3] if live else None
 
 
 def grant_txn(
