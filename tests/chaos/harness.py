@@ -44,7 +44,7 @@ from .proxy import FaultProxy, RuleBook
 from .request_faults import REQUEST_FAULTS, RequestFaults
 from .sqlite_faults import SQLITE_FAULTS, STALL_FLAG, SqliteFaults, build_fsync_shim, stall_flag
 
-BACKENDS = ("sqlite", "postgresql", "advisory", "etcd")
+BACKENDS = ("sqlite", "postgresql", "advisory", "etcd", "kubernetes")
 PROCESS_FAULTS = ("sigkill", "sigstop", "sigterm")
 # Faults of the members of a 3-member etcd cluster (tests/etcd/chaos.py injects them).
 ETCD_FAULTS = ("etcd_kill", "etcd_leader_kill", "etcd_stop", "etcd_quorum_loss")
@@ -58,10 +58,15 @@ FAULTS = {
     "etcd": (*PROCESS_FAULTS, *ETCD_FAULTS, *REQUEST_FAULTS, "partition"),
 }
 FAULTS["advisory"] = FAULTS["postgresql"]
+# Faults of the control plane under kubernetes:// (tests/kubernetes/chaos.py injects them).
+KUBE_FAULTS = ("apiserver_kill", "apiserver_stop", "apiserver_etcd_stop", "rbac_revoke")
+FAULTS["kubernetes"] = (*PROCESS_FAULTS, *KUBE_FAULTS)
 # Only with Settings.supervise: every daemon runs tests/chaos/command.py under its keeper.
 KEEPER_FAULTS = ("keeper_sigkill", "keeper_sigstop", "both_sigstop")
 ALL_FAULTS = tuple(
-    dict.fromkeys(FAULTS["sqlite"] + FAULTS["postgresql"] + FAULTS["etcd"] + KEEPER_FAULTS)
+    dict.fromkeys(
+        FAULTS["sqlite"] + FAULTS["postgresql"] + FAULTS["etcd"] + KUBE_FAULTS + KEEPER_FAULTS
+    )
 )
 # Faults that take the leader away the moment they hit it: a leader is owed from the
 # injection (rule 6; for SIGSTOP counted from the stop). The others hold the cluster
