@@ -1,5 +1,5 @@
 """Shared pieces of the benchmark: statistics, figures, a tiny HTTP client for the Unix
-socket, clusters of real daemons (tests/daemons.py) and the backends they run on."""
+socket, clusters of real daemons (tests/support/daemons.py) and the backends they run on."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from tests.daemons import REPO, Daemon, short_tempdir
+from tests.support.daemons import REPO, Daemon, short_tempdir
 
 # ":immediate" is the advisory backend with takeover=immediate (docs/postgresql.md): a
 # standby leads as soon as the server grants it the lock, even after a crash.
@@ -36,7 +36,7 @@ class Timing:
 
 # The daemon defaults: the steady-state and graceful-handover timing.
 DEFAULT_TIMING = Timing(ttl=15.0, renew_interval=5.0, retry_interval=2.0)
-# A short TTL, so a crash failover takes seconds (the tests' timing, tests/daemons.py).
+# A short TTL, so a crash failover takes seconds (the tests' timing, tests/support/daemons.py).
 SHORT_TIMING = Timing(ttl=2.0, renew_interval=0.5, retry_interval=0.25)
 # The daemon's default log level: the tests' debug lines would be work production skips.
 DAEMON_ARGS = ("--log-level", "info")
@@ -251,7 +251,7 @@ async def loadgens(argvs: Sequence[Sequence[str]]) -> AsyncIterator[list[LoadGen
         for argv in argvs:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "bench.loadgen", *argv, cwd=REPO,
-                stdout=asyncio.subprocess.PIPE,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 limit=256 * 1024 * 1024,  # an answer is one line, maybe with every latency
             )  # fmt: skip
             procs.append(LoadGen(proc))
@@ -266,6 +266,12 @@ async def loadgens(argvs: Sequence[Sequence[str]]) -> AsyncIterator[list[LoadGen
 @dataclasses.dataclass
 class LoadGen:
     proc: asyncio.subprocess.Process
+
+    async def tell(self, value: object) -> None:
+        """Write one line to the load generator's stdin."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{value}\n".encode())
+        await self.proc.stdin.drain()
 
     async def line(self, timeout: float) -> Any:
         """The next JSON line the load generator prints."""
@@ -388,7 +394,7 @@ class Backends:
             self._start_pg()
 
     def _start_pg(self) -> None:
-        from tests.pgserver import PgServer, PgServerError
+        from tests.support.pgserver import PgServer, PgServerError
 
         try:
             self._pg = PgServer()

@@ -18,8 +18,9 @@ from typing import Any
 
 from ..api import params
 from ..election.timing import Timing, TimingError
-from ..supervision.hooks import Hooks, parse_hooks
+from ..supervision.hooks import Hooks
 from . import schema
+from .hook_settings import hooks_of
 
 DEFAULT_CONFIG_FILE = "/etc/leaderd/leaderd.toml"
 SOCKET_NAME = "leaderd.sock"
@@ -46,6 +47,7 @@ _ENV = {
     "on_stop": "LEADERD_ON_STOP",
     "hook_timeout": "LEADERD_HOOK_TIMEOUT",
     "elected_hook_gates": "LEADERD_ELECTED_HOOK_GATES",
+    "label_pod": "LEADERD_LABEL_POD",
     **{key: f"LEADERD_{key.upper()}" for key in _TIMING_KEYS},
 }
 
@@ -91,6 +93,8 @@ class Config:
     keepalive_timeout: float = 75.0
     # --on-elected/--on-demoted/--on-stop and their bound (hooks.py).
     hooks: Hooks = field(default_factory=Hooks)
+    # (key, value) of the label the leader's pod carries while it leads (Kubernetes).
+    label_pod: tuple[str, str] | None = None
 
 
 def load(
@@ -125,6 +129,7 @@ def load(
         header_timeout=_positive("header_timeout", settings.get("header_timeout", 10.0)),
         keepalive_timeout=_positive("keepalive_timeout", settings.get("keepalive_timeout", 75.0)),
         hooks=_hooks(settings, elections),
+        label_pod=_label_pod(settings.get("label_pod"), elections),
     )
 
 
@@ -335,35 +340,11 @@ def _log_level(value: Any) -> str:
 
 
 def _hooks(settings: dict[str, Any], elections: tuple[ElectionConfig, ...]) -> Hooks:
-    """The demote hook must be done before the lease can expire: it starts when only its
-    timeout is left, so that timeout must fit between two renewals, as kill_grace does (and
-    its default, 5s, shrinks alike for short leases)."""
     rooms = {e.name: e.timing.lease_window - e.timing.renew_interval for e in elections}
-    given = settings.get("hook_timeout")
-    timeout = min([5.0] + [round(r * 0.6, 3) for r in rooms.values()]) if given is None else None
     try:
-        gates = _flag("elected_hook_gates", settings.get("elected_hook_gates", False))
-        hooks = parse_hooks(settings, timeout or _positive("hook_timeout", given), gates)
+        return hooks_of(settings, rooms)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    for name, room in rooms.items() if hooks.on_demoted else ():
-        if not hooks.timeout < room:
-            raise ConfigError(
-                f"election {name}: hook_timeout ({hooks.timeout:g}s) must be less than "
-                f"ttl * (1 - clock_drift) - safety_margin - renew_interval ({room:.3g}s), "
-                "or the demote hook runs before every renewal"
-            )
-    return hooks
-
-
-def _flag(key: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if str(value).lower() in ("1", "true", "yes", "on"):
-        return True
-    if str(value).lower() in ("0", "false", "no", "off", ""):
-        return False
-    raise ConfigError(f"{key} must be true or false (got {value!r})")
 
 
 def _kill_grace(value: Any, elections: tuple[ElectionConfig, ...]) -> float:
@@ -381,6 +362,21 @@ def _kill_grace(value: Any, elections: tuple[ElectionConfig, ...]) -> float:
                 "or the child is stopped before every renewal"
             )
     return grace
+
+
+def _label_pod(value: Any, elections: tuple[ElectionConfig, ...]) -> tuple[str, str] | None:
+    if value in (None, ""):
+        return None
+    from ..backends.kubernetes.labels import parse_label
+
+    if len(elections) > 1 and "default" not in {e.name for e in elections}:
+        raise ConfigError(
+            "label_pod follows the only election, or the one named default: there is neither"
+        )
+    try:
+        return parse_label(str(value))
+    except ValueError as exc:
+        raise ConfigError(f"label_pod: {exc}") from None
 
 
 def _existing(path: str) -> str | None:

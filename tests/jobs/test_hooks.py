@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.daemons import REPO, Daemon, metric, short_tempdir, wait_for
-from tests.pgserver import PgServer
+from tests.support.daemons import REPO, Daemon, metric, short_tempdir, wait_for
+from tests.support.pgserver import PgServer
 
 pytestmark = pytest.mark.slow
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from tests.daemons import Daemon, leaderd_cli, leaders, short_tempdir, wait_for
-from tests.pgserver import PgServer
+from tests.support.daemons import Daemon, leaderd_cli, leaders, short_tempdir, wait_for
+from tests.support.pgserver import PgServer
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import pytest
 from leaderd.backends import Backend, Candidate, backend_from_url
 from leaderd.backends.asks import Ask, Release
 from leaderd.backends.jobs import JobStore, RunStatus, job_store_from_url
-from tests.pgserver import PgServer
+from tests.support.pgserver import PgServer
 
 E = "default"
 A, B = Candidate("node-a"), Candidate("node-b")

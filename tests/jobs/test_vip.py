@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.daemons import Daemon, short_tempdir, wait_for
+from tests.support.daemons import Daemon, short_tempdir, wait_for
 
 pytestmark = [
     pytest.mark.slow,

@@ -13,8 +13,8 @@ import pytest
 
 from leaderd.backends import Backend, Candidate
 from leaderd.backends.asks import Ask, Release
-from tests.pgserver import PgServer
 from tests.postgres.helpers import admin, opened, unique
+from tests.support.pgserver import PgServer
 
 pytestmark = pytest.mark.postgres
 
