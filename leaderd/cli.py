@@ -183,7 +183,7 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(jsonio.dumps(node, indent=True).decode() + "\n")
     elif not args.quiet:
-        sys.stdout.write(_table(statuses))
+        sys.stdout.write(_table(statuses) + _checks(node.get("checks", [])))
     return _status_code(statuses, node["backend"]["last_error"], args.quiet)
 
 
@@ -243,12 +243,14 @@ def _members(args: argparse.Namespace) -> int:
     if not isinstance(body, dict):
         return body
     if not args.json:
-        rows = [("MEMBER", "ROLE", "ADDRESS", "VERSION", "LAST HEARD", "AGE")]
+        rows = [("MEMBER", "ROLE", "PRIORITY", "ADDRESS", "VERSION", "LAST HEARD", "AGE",
+                 "HEALTH")]  # fmt: skip
         for m in body["members"]:
             role = m["role"] + (" (conflict)" if m["conflict"] else "")
             age = f"{m['age_ms'] / 1000:.1f}s"
-            rows.append((m["node_id"], role, m["address"] or "-", m["version"] or "-",
-                         m["last_heard_at"] or "-", age))  # fmt: skip
+            rows.append((m["node_id"], role, str(m.get("priority", 1)), m["address"] or "-",
+                         m["version"] or "-", m["last_heard_at"] or "-", age,
+                         m.get("health") or "ok"))  # fmt: skip
         summary = (
             f"election {body['election']}, term {body['term']}: {body['cluster_size']} live, "
             f"{body['healthy_standbys']} healthy standby(s), "
@@ -304,6 +306,15 @@ def _table(statuses: list[dict[str, Any]]) -> str:
             )
         )
     return _columns(rows)
+
+
+def _checks(checks: list[dict[str, Any]]) -> str:
+    """The health checks under the elections' table, one line each."""
+    return "".join(
+        f"check {c['check']}: {c['state']}, {c['consecutive_failures']} failure(s) in a row, "
+        f"last: {c['output']}\n"
+        for c in checks
+    )
 
 
 def _columns(rows: Sequence[tuple[str, ...]]) -> str:

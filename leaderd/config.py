@@ -12,11 +12,13 @@ import re
 import socket
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from . import params, schema
+from .eligibility import ELECTION_KEYS, Eligibility, EligibilityError, eligibility
+from .eligibility import ENV as ENV_ELIGIBILITY
 from .timing import Timing, TimingError
 
 DEFAULT_CONFIG_FILE = "/etc/leaderd/leaderd.toml"
@@ -40,6 +42,7 @@ _ENV = {
     "header_timeout": "LEADERD_HEADER_TIMEOUT",
     "keepalive_timeout": "LEADERD_KEEPALIVE_TIMEOUT",
     **{key: f"LEADERD_{key.upper()}" for key in _TIMING_KEYS},
+    **ENV_ELIGIBILITY,
 }
 
 # Read elsewhere (the file, the elections, the etcd password), or set by leaderd for its
@@ -56,6 +59,8 @@ class ConfigError(ValueError):
 class ElectionConfig:
     name: str
     timing: Timing
+    # Who may lead: health checks, priority, on_unhealthy (eligibility.py).
+    eligibility: Eligibility = field(default_factory=Eligibility)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +98,10 @@ def load(
     path = file or env.get("LEADERD_CONFIG") or _existing(DEFAULT_CONFIG_FILE)
     toml = read_toml(path) if path else {}
     settings = {k: v for k, v in toml.items() if k not in ("defaults", "elections")}
-    settings.update({k: env[var] for k, var in _ENV.items() if env.get(var, "") != ""})
-    settings.update({k: v for k, v in flags.items() if v is not None and k in _ENV})
-    elections = _elections(flags, env, toml, settings)
+    given = {k: env[var] for k, var in _ENV.items() if env.get(var, "") != ""}
+    given.update({k: v for k, v in flags.items() if v is not None and k in (*_ENV, "check")})
+    settings.update(given)
+    elections = _elections(flags, env, toml, settings, given)
     backend, state_dir = _backend(settings, env)
     return Config(
         node_id=_node_id(settings, env),
@@ -222,6 +228,7 @@ def _elections(
     env: Mapping[str, str],
     toml: Mapping[str, Any],
     settings: Mapping[str, Any],
+    given: Mapping[str, Any],
 ) -> tuple[ElectionConfig, ...]:
     table = toml.get("elections", {})
     names: list[str] = list(flags.get("elections") or [])
@@ -237,14 +244,28 @@ def _elections(
             raise ConfigError(
                 f"election name {name!r} must be 1-128 letters, digits, '.', '_' or '-'"
             )
+        own = table.get(name, {})
         # flags and env beat the file, even the file's per-election values
         layered = {
             **base,
-            **table.get(name, {}),
+            **{k: v for k, v in own.items() if k not in ELECTION_KEYS},
             **{k: settings[k] for k in _TIMING_KEYS if k in settings},
         }
-        result.append(ElectionConfig(name, _timing(name, layered)))
+        eligible = _eligible(name, toml, own, given)
+        result.append(ElectionConfig(name, _timing(name, layered), eligible))
     return tuple(result)
+
+
+def _eligible(
+    name: str, toml: Mapping[str, Any], own: Mapping[str, Any], given: Mapping[str, Any]
+) -> Eligibility:
+    def picked(values: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in values.items() if k in ELECTION_KEYS}
+
+    try:
+        return eligibility(name, picked(toml), picked(own), picked(given))
+    except EligibilityError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _timing(name: str, raw: Mapping[str, Any]) -> Timing:

@@ -14,7 +14,7 @@ import os
 import signal
 import socket
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from aiohttp import web
 
@@ -25,6 +25,8 @@ from .config import Config
 from .connections import Connections, FileBudget, Limits
 from .engine import Election
 from .events import Event, extra
+from .health import Health
+from .health_metrics import HealthCollector
 from .limits import raise_open_files
 from .listener import SocketInUse, SocketPathError, UnixListener
 from .metrics import Metrics
@@ -129,11 +131,17 @@ class Daemon:
 
     def _build_node(self, backend: Backend) -> Node:
         cfg = self.config
-        candidate = Candidate(cfg.node_id, cfg.address)
-        elections = {e.name: Election(e.name, candidate, e.timing, backend) for e in cfg.elections}
-        node = Node(cfg.node_id, backend, elections)
+        candidate, health = Candidate(cfg.node_id, cfg.address), Health()
+        elections = {}
+        for e in cfg.elections:
+            me = replace(candidate, priority=e.eligibility.priority)
+            election = elections[e.name] = Election(e.name, me, e.timing, backend)
+            election.on_unhealthy = e.eligibility.on_unhealthy
+            election.unhealthy = health.attach(e.name, e.eligibility.checks, election.poke)
+        node = Node(cfg.node_id, backend, elections, health)
         self._node = node
         self.metrics.watch(node)
+        self.metrics.registry.register(HealthCollector(health))
         for election in elections.values():
             election.add_listener(lambda _status: self._on_change(node))
         return node
@@ -190,6 +198,8 @@ class Daemon:
 
     def _start_helpers(self, node: Node) -> list[asyncio.Task[None]]:
         helpers = []
+        if node.health_checks.checks:
+            helpers.append(asyncio.create_task(node.health_checks.run()))
         if self.notifier.watchdog_interval:
             helpers.append(
                 asyncio.create_task(self._watchdog(node, self.notifier.watchdog_interval))

@@ -16,10 +16,12 @@ import logging
 import math
 import random
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Literal, TypeVar
 
 from .backends.base import Backend, BackendError, Candidate, Capability, Grant, Lease, LeaseLost
 from .backends.records import HISTORY_RETENTION, LEFT_TTL, EndReason
+from .candidacy import barred, hands_over, heirs
 from .clock import Clock, SystemClock
 from .election_answers import ElectionAnswers
 from .election_state import MIN_DELAY
@@ -54,6 +56,11 @@ class Election(ElectionAnswers):
         jitter: Callable[[], float] = random.random,
     ) -> None:
         self.step_down_hook: StepDownHook | None = None
+        # Who may lead (candidacy.py): why this node's checks fail ("" while they pass), and
+        # what it does when they fail while it leads.
+        self.unhealthy: Callable[[], str] = str
+        self.on_unhealthy = "handover"
+        self._end_reason = ""  # how the next release ends the term, when neither resign nor stop
         self._backend = backend
         self._poke = asyncio.Event()
         self._stopped = asyncio.Event()
@@ -76,6 +83,10 @@ class Election(ElectionAnswers):
         now = self._clock.now()
         self.state.resign(now, cooldown, to)
         self._refresh(now)
+        self._poke.set()
+
+    def poke(self) -> None:
+        """Run a round now (this node's health changed)."""
         self._poke.set()
 
     def stop(self) -> None:
@@ -123,6 +134,7 @@ class Election(ElectionAnswers):
         """One acquire-or-renew (an observe while cooling down); seconds to the next round."""
         if self.state.release_due is not None:
             await self._hand_over()
+        self._note_health()
         t_send = self._clock.now()
         request = self.state.request(t_send)
         self._turn_due = t_send + request.timeout + request.wait + _STALL_SLACK
@@ -146,10 +158,34 @@ class Election(ElectionAnswers):
         self._heartbeats.note(lease, t_send)
         self._log_notes(self.state.on_lease(lease, request, t_send, now))
         self._refresh(now)
+        self._hand_over_if_unhealthy(now)
         await self._read_history(lease, bool(request.lost_term))
         return self.state.next_round(request, t_send, self._clock.now())
 
     # ---- the round's parts ----
+
+    def _note_health(self) -> None:
+        """Carry this node's health into its next heartbeat, and bar its candidacy while its
+        checks fail or it is a witness (docs/algorithm.md, "Who leads")."""
+        health = self.unhealthy()
+        if health != self.candidate.health:
+            self.candidate = replace(self.candidate, health=health)
+            self.state.candidate = self.candidate
+        self.state.barred = barred(self.candidate)
+
+    def _hand_over_if_unhealthy(self, now: float) -> None:
+        """A leader whose checks fail resigns, the ordinary way (child stopped first), when
+        its on_unhealthy policy says so; a backend that grants gives the lease to the best
+        healthy standby, as no unhealthy one campaigns."""
+        if not self.state.leading(now):
+            return
+        able = heirs(self._heard, self.candidate, now - self._heard_at)
+        if hands_over(self.on_unhealthy, self.candidate, able):
+            how = "handed over" if able else "stepped down"
+            self._end_reason = f"{how}: leader unhealthy ({self.candidate.health})"
+            log.warning("election %s, term %d: %s", self.name, self.state.held_term,
+                        self._end_reason)  # fmt: skip
+            self.resign(0.0)
 
     def _take_grant(self, grant: Grant) -> float | None:
         """Lead on a release's grant, self-fencing from the request whose heartbeat its
@@ -253,7 +289,8 @@ class Election(ElectionAnswers):
 
     async def _hand_over(self) -> None:
         """After leadership ended voluntarily: stop the child, then release the lease."""
-        reason = EndReason.RESIGNED if self.state.resigned else EndReason.RELEASED
+        ended = EndReason.RESIGNED if self.state.resigned else EndReason.RELEASED
+        reason, self._end_reason = self._end_reason or ended, ""
         self.state.resigned = False
         term = self.state.term_to_release()
         held = None if term is None else (term, version_of(self.state.lease, self.candidate, term))

@@ -290,7 +290,7 @@ class MeteredBackend(Backend):
         election: str,
         candidate: Candidate,
         term: int,
-        reason: EndReason = EndReason.RELEASED,
+        reason: EndReason | str = EndReason.RELEASED,
         *,
         reserve_for: str = "",
         ttl: float = 0.0,

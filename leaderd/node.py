@@ -10,6 +10,7 @@ from . import __version__
 from .backends.base import Backend
 from .clock import boottime
 from .engine import Election
+from .health import Health
 from .status import format_time
 
 
@@ -18,6 +19,7 @@ class Node:
     node_id: str
     backend: Backend
     elections: dict[str, Election]
+    health_checks: Health = field(default_factory=Health)
     started_at: float = field(default_factory=boottime)
     started_wall: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
 
@@ -65,4 +67,5 @@ class Node:
                 "last_error": errors[0] if errors else None,
             },
             "elections": {name: e.status().to_dict() for name, e in self.elections.items()},
+            "checks": [c.to_dict() for c in self.health_checks.checks.values()],
         }

@@ -64,6 +64,10 @@ def _why_not(views: list[MemberView], renew_interval: float) -> str | None:
     # prunes it: either way it has left.
     if all(v.member.ttl == LEFT_TTL for v in views):
         return "has stopped or is not a member"
+    if any(v.role is MemberRole.WITNESS for v in views):
+        return "has priority 0 (a witness: it never leads)"
+    if sick := [v.member.health for v in views if v.role is MemberRole.UNHEALTHY]:
+        return f"is unhealthy ({sick[0]})"
     standbys = [v for v in views if v.role is MemberRole.STANDBY]
     if any(v.conflict for v in standbys):
         return "runs twice under one node id (conflict)"

@@ -123,6 +123,11 @@ class Candidate:
     instance: str = field(default_factory=new_instance)
     # The daemon's leaderd version, listed with the members.
     leaderd_version: str = __version__
+    # Who may lead (docs/algorithm.md, "Who leads"), written with each heartbeat: a grant
+    # prefers the highest priority (0: a witness, never granted); ``health`` is "" while
+    # this node's health checks pass, else why not (such a node does not campaign).
+    priority: int = 1
+    health: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,7 +325,7 @@ class Backend(abc.ABC):
         election: str,
         candidate: Candidate,
         term: int,
-        reason: EndReason = EndReason.RELEASED,
+        reason: EndReason | str = EndReason.RELEASED,
         *,
         reserve_for: str = "",
         ttl: float = 0.0,

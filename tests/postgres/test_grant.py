@@ -76,7 +76,8 @@ async def test_a_release_without_grant_or_with_a_reservation_grants_nothing(
         assert reserved.holder is None and reserved.reserved_for == C.node_id
 
 
-async def test_members_of_an_older_leaderd_gain_the_campaigning_column(pg_server: PgServer) -> None:
+async def test_members_of_an_older_leaderd_gain_the_newer_columns(pg_server: PgServer) -> None:
+    """campaigning, then priority and health (docs/algorithm.md, "Who leads")."""
     table, e = unique("t"), unique()
     async with admin(pg_server) as conn:
         await conn.execute(
@@ -89,6 +90,8 @@ async def test_members_of_an_older_leaderd_gain_the_campaigning_column(pg_server
         assert (await a.acquire_or_renew(e, A, ttl=TTL, timeout=5)).held_by(A)
     async with admin(pg_server) as conn:
         assert await conn.fetchval(f"SELECT bool_and(campaigning) FROM {table}_members") is True
+        row = await conn.fetchrow(f"SELECT priority, health FROM {table}_members")
+        assert tuple(row) == (A.priority, "")
 
 
 async def test_a_leader_that_released_is_not_granted_the_lease_back(pg_server: PgServer) -> None:

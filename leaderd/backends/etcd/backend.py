@@ -160,7 +160,7 @@ class EtcdBackend(EtcdCampaign, Backend):
         election: str,
         candidate: Candidate,
         term: int,
-        reason: EndReason = EndReason.RELEASED,
+        reason: EndReason | str = EndReason.RELEASED,
         *,
         reserve_for: str = "",
         ttl: float = 0.0,
@@ -218,7 +218,7 @@ class EtcdBackend(EtcdCampaign, Backend):
     # ---- the one-write hand-over (grant.py) --------------------------------------------
 
     async def _grant_successor(
-        self, election: str, state: _State, reason: EndReason, ttl: float
+        self, election: str, state: _State, reason: EndReason | str, ttl: float
     ) -> bool:
         """End our term by putting the key under the freshest candidate's spare, term + 1.
         False: no live candidate, or it changed or its spare is gone; release as before."""

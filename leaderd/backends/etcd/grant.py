@@ -23,7 +23,6 @@ from typing import Any
 import orjson
 
 from ..base import Candidate
-from ..records import EndReason
 from .gateway import b64, unb64
 from .records import Keys
 from .state import Holder, compare, int_of
@@ -109,7 +108,7 @@ def successor(
 
 
 def grant_txn(
-    keys: Keys, holder: Holder, offer: Candidacy, term: int, acquired_at: str, reason: EndReason
+    keys: Keys, holder: Holder, offer: Candidacy, term: int, acquired_at: str, reason: str
 ) -> dict[str, Any]:
     """The transaction of a grant: while our key is unchanged since our tenure began and the offer
     is unchanged since it was read, put the key under the offer's spare lease with ``term``,

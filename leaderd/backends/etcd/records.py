@@ -82,9 +82,11 @@ class Keys:
 
     # ---- operations for the backend's transactions ----
 
-    def heard(self, me: Candidate, ttl: float, heard_at: str) -> dict[str, Any]:
+    def heard(self, me: Candidate, ttl: float, heard_at: str, campaigning: bool) -> dict[str, Any]:
         value = {"node_id": me.node_id, "instance": me.instance, "address": me.address,
-                 "version": me.leaderd_version, "ttl": ttl, "heard_at": heard_at}  # fmt: skip
+                 "version": me.leaderd_version, "ttl": ttl, "heard_at": heard_at,
+                 "campaigning": campaigning, "priority": me.priority,
+                 "health": me.health}  # fmt: skip
         return _put(self.member(me), value)
 
     def list_members(self) -> dict[str, Any]:
@@ -174,7 +176,9 @@ class MemberClock:
                 v = orjson.loads(unb64(kv["value"]))
                 member = Member(v["node_id"], v["instance"], v.get("address", ""),
                                 v.get("version", ""), float(v["ttl"]), _when(v.get("heard_at")),
-                                0.0 if _is(v, me) else now - seen[1])  # fmt: skip
+                                0.0 if _is(v, me) else now - seen[1],
+                                bool(v.get("campaigning", False)), int(v.get("priority", 1)),
+                                str(v.get("health", "")))  # fmt: skip
             except (ValueError, KeyError, TypeError):
                 continue  # not a leaderd member: ignore it
             found.append(member)

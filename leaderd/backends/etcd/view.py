@@ -80,7 +80,8 @@ class EtcdView:
             return []
         keys = self._keys(ask.election)
         lost = [keys.lost(ask.lost_term)] if ask.lost_term else []
-        return [keys.heard(ask.me, ask.ttl, ask.heard_at), *lost, *self._offer(ask, spare)]
+        heard = keys.heard(ask.me, ask.ttl, ask.heard_at, ask.campaigning)
+        return [heard, *lost, *self._offer(ask, spare)]
 
     def _offer(self, ask: Ask, spare: _Spare | None) -> list[dict[str, Any]]:
         """Withdraw the candidacy when not campaigning; offer a spare the candidate key does

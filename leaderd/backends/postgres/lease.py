@@ -74,8 +74,8 @@ _LEASE_COLUMNS = f"""
 _MINE = "(l.holder = excluded.holder AND l.instance = excluded.instance)"
 # $1 election, $2 node id, $3 instance, $4 address, $5 ttl seconds, $6 channel,
 # $7 takeover (the version the engine watched for one ttl, or ''), $8 min_term,
-# $9 leaderd version, $10 lost_term. With it, in the same transaction: the member's
-# heartbeat and, when a term began, its history record (records.py).
+# $9 leaderd version, $10 lost_term, $11 priority, $12 health. With it, in the same
+# transaction: the member's heartbeat and, when a term began, its history record (records.py).
 _ACQUIRE = f"""
 WITH prev AS MATERIALIZED (
     SELECT holder, instance, term, expires_at FROM {{t}} WHERE election = $1
@@ -105,12 +105,14 @@ WITH prev AS MATERIALIZED (
 SELECT answer.*, {records.MEMBERS} AS members FROM answer
 """
 _ACQUIRE_ARGS = {"e": "$1", "n": "$2", "i": "$3", "a": "$4", "ttl": "$5", "v": "$9", "lost": "$10",
-                 "c": "true"}  # fmt: skip
+                 "c": "true", "who": records.who("$11", "$12")}  # fmt: skip
 
 _OBSERVE = f"SELECT {{cols}}, {records.MEMBERS} AS members FROM {{t}} AS l WHERE election = $1"
-# $1 election, $2 node id, $3 instance, $4 address, $5 ttl, $6 leaderd version.
+# $1 election, $2 node id, $3 instance, $4 address, $5 ttl, $6 leaderd version, $7 priority,
+# $8 health.
 _OBSERVE_HEARD = f"WITH {records.HEARD}\n{_OBSERVE}"
-_OBSERVE_ARGS = {"e": "$1", "n": "$2", "i": "$3", "a": "$4", "ttl": "$5", "v": "$6", "c": "false"}
+_OBSERVE_ARGS = {"e": "$1", "n": "$2", "i": "$3", "a": "$4", "ttl": "$5", "v": "$6", "c": "false",
+                 "who": records.who("$7", "$8")}  # fmt: skip
 
 # $1 election, $2 node id, $3 instance, $4 term, $5 channel, $6 reserved for ('': none),
 # $7 the reservation's seconds, $8 end reason, $9 grant: hand the lease to the freshest live
@@ -193,7 +195,8 @@ class PostgresLeaseBackend(Backend):
         if me is None:
             rows = await self._request(doing, _DEFAULT_TIMEOUT, self._sql_observe, election)
         else:
-            args = (election, me.node_id, me.instance, me.address, float(ttl), me.leaderd_version)
+            args = (election, me.node_id, me.instance, me.address, float(ttl), me.leaderd_version,
+                    me.priority, me.health)  # fmt: skip
             rows = await self._request(doing, _DEFAULT_TIMEOUT, self._sql_observe_heard, *args)
         return self._saw(heard_in(_lease(election, rows[0] if rows else None, me, ttl), me))
 
@@ -211,11 +214,12 @@ class PostgresLeaseBackend(Backend):
     ) -> Lease:
         me = candidate
         args = (election, me.node_id, me.instance, me.address, float(ttl), self._listener.channel,
-                takeover, min_term, me.leaderd_version, lost_term)  # fmt: skip
+                takeover, min_term, me.leaderd_version, lost_term, me.priority,
+                me.health)  # fmt: skip
         for _ in range(3):
             rows = await self._request("acquiring the lease", timeout, self._sql_acquire, *args)
             if rows:
-                return self._saw(heard_in(_lease(election, rows[0], me, ttl), me))
+                return self._saw(heard_in(_lease(election, rows[0], me, ttl, True), me))
             # A concurrent first INSERT won, after this statement's snapshot: read again.
         raise BackendUnavailable(f"acquiring the lease on {self.description}: lost three races")
 
@@ -224,7 +228,7 @@ class PostgresLeaseBackend(Backend):
         election: str,
         candidate: Candidate,
         term: int,
-        reason: EndReason = EndReason.RELEASED,
+        reason: EndReason | str = EndReason.RELEASED,
         *,
         reserve_for: str = "",
         ttl: float = 0.0,
@@ -338,11 +342,13 @@ class _Pool:
         await asyncio.gather(*(close_quietly(c) for c in idle), self._closer.wait())
 
 
-def _lease(election: str, row: Any, me: Candidate | None = None, ttl: float = 0.0) -> Lease:
-    """The lease a row shows. An expired lease still names its holder (expires_in 0): it
-    was never released, and only the takeover rule may end it."""
+def _lease(
+    election: str, row: Any, me: Candidate | None = None, ttl: float = 0.0, asked: bool = False
+) -> Lease:
+    """The lease a row shows (``asked``: ``me`` asked for it). An expired lease still names
+    its holder (expires_in 0): it was never released, and only the takeover rule may end it."""
     if row is None:  # never held
         return Lease(election, None, "", 0, None, None)
-    members = records.members(row["members"], me, ttl)
+    members = records.members(row["members"], me, ttl, asked)
     expires_in = None if row["holder"] is None else max(0.0, float(row["expires_in"]))
     return lease_from_row(election, row, expires_in, members)  # released: the term is kept

@@ -199,7 +199,7 @@ class SQLiteBackend(Backend):
         election: str,
         candidate: Candidate,
         term: int,
-        reason: EndReason = EndReason.RELEASED,
+        reason: EndReason | str = EndReason.RELEASED,
         *,
         reserve_for: str = "",
         ttl: float = 0.0,
@@ -221,7 +221,7 @@ class SQLiteBackend(Backend):
             await run(self._release, params, reason, grant and not reserve_for)
 
     def _release(
-        self, db: sqlite3.Connection, params: dict[str, Any], reason: EndReason, grant: bool
+        self, db: sqlite3.Connection, params: dict[str, Any], reason: EndReason | str, grant: bool
     ) -> None:
         db.execute("BEGIN IMMEDIATE")
         wall = wall_time()  # read under the write lock, as the member ages it compares

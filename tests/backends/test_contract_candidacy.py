@@ -1,0 +1,58 @@
+"""Who may lead, as every backend records it (docs/algorithm.md, "Who leads"): each
+heartbeat carries the member's priority, its health and whether it campaigns, and an older
+members table gains those columns on open. Run unchanged against every backend."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import replace
+from pathlib import Path
+
+from leaderd.backends import Candidate
+from leaderd.backends.sqlite.backend import SQLiteBackend
+
+from .conftest import LONG_TTL, Store
+from .test_contract import E, acquire, held
+from .test_contract_records import listed
+
+A = Candidate("who-a", "10.0.0.1:1", priority=3)
+B = Candidate("who-b", "10.0.0.2:1", priority=0)
+SICK = "exec:/usr/bin/app-ok: database unreachable"
+C = Candidate("who-c", "10.0.0.3:1", health=SICK)
+
+
+async def test_each_heartbeat_records_priority_health_and_campaigning(store: Store) -> None:
+    a, b, c = await store.new(), await store.new(), await store.new()
+    await held(a, A)
+    await b.observe(E, B, LONG_TTL)  # a witness only reads
+    await c.observe(E, C, LONG_TTL)  # so does an unhealthy node
+    members = listed(await acquire(a, A))
+    seen = {n: (m.priority, m.health, m.campaigning) for (n, _), m in members.items()}
+    assert seen == {"who-a": (3, "", True), "who-b": (0, "", False), "who-c": (1, SICK, False)}
+    # Health comes back: the next heartbeat says so.
+    healed = replace(C, health="")
+    await acquire(c, healed)
+    assert listed(await acquire(a, A))["who-c", C.instance].health == ""
+
+
+_OLD_SQLITE_MEMBERS = """
+CREATE TABLE leaderd_lease_members (election TEXT NOT NULL, node_id TEXT NOT NULL,
+    instance TEXT NOT NULL, address TEXT NOT NULL DEFAULT '', version TEXT NOT NULL DEFAULT '',
+    ttl REAL NOT NULL, heard_at TEXT NOT NULL, boot_id TEXT NOT NULL,
+    heard_boottime REAL NOT NULL, PRIMARY KEY (election, node_id, instance))"""
+
+
+async def test_an_older_sqlite_members_table_gains_the_columns(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.execute(_OLD_SQLITE_MEMBERS)
+    backend = SQLiteBackend.from_url(f"sqlite://{path}")
+    await backend.open([E])
+    try:
+        lease = await backend.acquire_or_renew(E, A, LONG_TTL, timeout=5)
+        assert lease.held_by(A) and listed(lease)["who-a", A.instance].priority == 3
+    finally:
+        await backend.close()
+    with sqlite3.connect(path) as db:
+        columns = {row[1] for row in db.execute("PRAGMA table_info(leaderd_lease_members)")}
+    assert {"campaigning", "priority", "health"} <= columns
