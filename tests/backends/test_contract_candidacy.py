@@ -1,6 +1,8 @@
 """Who may lead, as every backend records it (docs/algorithm.md, "Who leads"): each
-heartbeat carries the member's priority, its health and whether it campaigns, and an older
-members table gains those columns on open. Run unchanged against every backend."""
+heartbeat carries the member's priority, its health and whether it campaigns, an older
+members table gains those columns on open, and a release's grant goes to the standby of the
+highest priority, the freshest of those, never to a witness. Run unchanged against every
+backend (the grants against every backend that grants)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ import sqlite3
 from dataclasses import replace
 from pathlib import Path
 
-from leaderd.backends import Candidate
+from leaderd.backends import Backend, Candidate
+from leaderd.backends.base import Capability
 from leaderd.backends.sqlite.backend import SQLiteBackend
 
 from .conftest import LONG_TTL, Store
@@ -56,3 +59,37 @@ async def test_an_older_sqlite_members_table_gains_the_columns(tmp_path: Path) -
     with sqlite3.connect(path) as db:
         columns = {row[1] for row in db.execute("PRAGMA table_info(leaderd_lease_members)")}
     assert {"campaigning", "priority", "health"} <= columns
+
+
+HIGH = Candidate("who-high", "10.0.0.4:1", priority=3)
+FRESH = Candidate("who-fresh", "10.0.0.5:1")
+WITNESS = Candidate("who-witness", "10.0.0.6:1", priority=0)
+
+
+async def stand(backend: Backend, who: Candidate) -> None:
+    """Two standby rounds (etcd: the first keeps a spare lease, the second offers it)."""
+    for _ in range(2):
+        assert not (await acquire(backend, who)).held_by(who)
+
+
+async def test_a_grant_goes_to_the_highest_priority_before_the_freshest(store: Store) -> None:
+    store.require(Capability.GRANTS)
+    a, high, fresh = await store.new(), await store.new(), await store.new()
+    lease = await held(a, A)
+    await stand(high, HIGH)
+    await stand(fresh, FRESH)  # heard last: the freshest, of a lower priority
+    lease = await held(a, A)  # etcd: the leader's renewal reads the offers
+    await a.release(E, A, lease.term, grant=True, ttl=LONG_TTL, version=lease.version)
+    seen = await fresh.observe(E)
+    assert (seen.holder, seen.instance, seen.term) == (HIGH.node_id, HIGH.instance, lease.term + 1)
+
+
+async def test_a_witness_is_never_granted_the_lease(store: Store) -> None:
+    store.require(Capability.GRANTS)
+    a, witness = await store.new(), await store.new()
+    lease = await held(a, A)
+    await stand(witness, WITNESS)  # even one that asks for it
+    lease = await held(a, A)  # etcd: the leader's renewal reads the offers
+    await a.release(E, A, lease.term, grant=True, ttl=LONG_TTL, version=lease.version)
+    seen = await witness.observe(E)
+    assert (seen.holder, seen.term) == (None, lease.term)

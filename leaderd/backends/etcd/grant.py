@@ -37,6 +37,7 @@ class Candidacy:
     address: str
     lease: int
     modified: int
+    priority: int = 1  # a grant prefers the highest; 0 is never granted
 
 
 def candidacy(kv: dict[str, Any]) -> Candidacy | None:
@@ -44,7 +45,8 @@ def candidacy(kv: dict[str, Any]) -> Candidacy | None:
     try:
         v = orjson.loads(unb64(kv["value"]))
         return Candidacy(str(v["node_id"]), str(v["instance"]), str(v.get("address", "")),
-                         int(v["lease"]), int_of(kv.get("mod_revision")))  # fmt: skip
+                         int(v["lease"]), int_of(kv.get("mod_revision")),
+                         int(v.get("priority", 1)))  # fmt: skip
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -97,14 +99,18 @@ def successor(
     age: Callable[[Candidacy], float | None],
     within: float,
 ) -> Candidacy | None:
-    """The candidate of another node id whose member record changed most recently, if that
-    was less than ``within`` seconds ago on this daemon's clock."""
+    """Of the candidates of another node id whose member record changed less than ``within``
+    seconds ago on this daemon's clock, the one of the highest priority (0 never), and of
+    those the one whose record changed most recently (docs/algorithm.md, "Who leads")."""
     live = [
         (seen, offer)
         for offer in offers.values()
-        if offer.node_id != releaser and (seen := age(offer)) is not None and seen < within
+        if offer.node_id != releaser
+        and offer.priority > 0
+        and (seen := age(offer)) is not None
+        and seen < within
     ]
-    return min(live, key=lambda pair: pair[0])[1] if live else None
+    return min(live, key=lambda pair: (-pair[1].priority, pair[0]))[1] if live else None
 
 
 def grant_txn(

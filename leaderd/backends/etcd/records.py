@@ -95,7 +95,7 @@ class Keys:
     def stand(self, me: Candidate, spare: int) -> dict[str, Any]:
         """Offer ``spare`` as the lease a release may grant this candidate the election under."""
         value = {"node_id": me.node_id, "instance": me.instance, "address": me.address,
-                 "lease": str(spare)}  # fmt: skip
+                 "lease": str(spare), "priority": me.priority}  # fmt: skip
         return _put(self.candidate(me.node_id, me.instance), value)
 
     def withdraw(self, me: Candidate) -> dict[str, Any]:

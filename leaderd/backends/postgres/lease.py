@@ -115,17 +115,18 @@ _OBSERVE_ARGS = {"e": "$1", "n": "$2", "i": "$3", "a": "$4", "ttl": "$5", "v": "
                  "who": records.who("$7", "$8")}  # fmt: skip
 
 # $1 election, $2 node id, $3 instance, $4 term, $5 channel, $6 reserved for ('': none),
-# $7 the reservation's seconds, $8 end reason, $9 grant: hand the lease to the freshest live
-# campaigning member of another node id (docs/algorithm.md, "One-write hand-over"), expiring
-# its ttl after it was last heard; the member hears of it by the "granted" NOTIFY. $10 the
+# $7 the reservation's seconds, $8 end reason, $9 grant: hand the lease to the live campaigning
+# member of another node id of the highest priority (0 never), the freshest of those
+# (docs/algorithm.md, "One-write hand-over" and "Who leads"), expiring its ttl after it was
+# last heard; the member hears of it by the "granted" NOTIFY. $10 the
 # version last answered ('': any): a late release after a renewal matches nothing.
 _RELEASE = f"""
 WITH successor AS MATERIALIZED (
     SELECT node_id, instance, address, ttl, heard_at FROM {{m}}
     WHERE $9::boolean AND $6::text = '' AND election = $1 AND campaigning AND node_id <> $2
-      AND heard_at > now() - make_interval(secs => ttl / 2)
+      AND priority > 0 AND heard_at > now() - make_interval(secs => ttl / 2)
       AND octet_length(node_id) + octet_length(address) + octet_length($1) < 4000
-    ORDER BY heard_at DESC, node_id, instance LIMIT 1
+    ORDER BY priority DESC, heard_at DESC, node_id, instance LIMIT 1
 ), released AS (
     UPDATE {{t}} AS l SET holder = s.node_id, instance = coalesce(s.instance, ''),
         address = coalesce(s.address, ''), term = l.term + (s.node_id IS NOT NULL)::int,

@@ -1,7 +1,8 @@
 """sqlite:// one-write hand-over (docs/algorithm.md, "One-write hand-over"; docs/sqlite.md).
 
-A graceful release hands the lease, in its own transaction, to the freshest campaigning
-member of another node id heard within half its ttl: term + 1, expiring its ttl after that
+A graceful release hands the lease, in its own transaction, to the campaigning member of
+another node id heard within half its ttl of the highest priority (0 never), the freshest
+of those (docs/algorithm.md, "Who leads"): term + 1, expiring its ttl after that
 member's heartbeat on this host's CLOCK_BOOTTIME. The lease row keeps the heartbeat's wall
 stamp in ``renewed_at``. The commit wakes every waiter; the grantee's read finds the lease
 held by its own instance, and its member row names the heartbeat the expiry counts from.
@@ -20,9 +21,9 @@ from .schema import OF_VERSION
 
 _SUCCESSOR = """
 SELECT node_id, instance, address, ttl, heard_at, heard_boottime FROM {table}_members
-WHERE election = :election AND node_id <> :holder AND campaigning = 1
+WHERE election = :election AND node_id <> :holder AND campaigning = 1 AND priority > 0
   AND boot_id = :boot_id AND heard_boottime > :now - ttl / 2
-ORDER BY heard_boottime DESC, node_id, instance LIMIT 1"""
+ORDER BY priority DESC, heard_boottime DESC, node_id, instance LIMIT 1"""
 _GRANT = f"""
 UPDATE {{table}} SET holder = :node_id, instance = :successor, address = :address,
     term = term + 1, acquired_at = :wall, renewed_at = :heard_at, expires_at = :expires_at,
