@@ -61,7 +61,7 @@ async def aetcd(endpoint: str) -> None:
 
 
 async def measure(client: str, endpoint: str) -> dict[str, Any]:
-    import leaderd.daemon  # noqa: F401 - what a daemon has loaded before its backend
+    import leaderd.startup.daemon  # noqa: F401 - what a daemon has loaded before its backend
 
     before, t0 = rss_mb(), time.perf_counter()
     await {"gateway": gateway, "aetcd": aetcd}[client](endpoint)

@@ -37,7 +37,9 @@ from .common import DAEMON_ARGS, Figure, judge, ms, summary
 
 STARTUP_MS = 300.0  # issue 12: process start to READY=1 on SQLite
 IDLE_BEFORE_STOP = 0.3  # s after READY=1: the stop of a daemon that has settled
-FLOOR = "import leaderd.lean_imports as lean; lean.import_aiohttp(); import aiohttp.web, uvloop"
+FLOOR = (
+    "import leaderd.startup.lean_imports as lean; lean.import_aiohttp(); import aiohttp.web, uvloop"
+)
 
 
 def installed_python(workdir: str) -> str:

@@ -24,8 +24,8 @@ import sys
 import time
 from collections.abc import Callable
 
-from leaderd.containment_probe import keeper_argv
-from leaderd.keeper_protocol import Lines
+from leaderd.supervision.containment_probe import keeper_argv
+from leaderd.supervision.keeper_protocol import Lines
 from tests.daemons import short_tempdir, wait_for
 from tests.supervisor.cluster import Cluster
 from tests.supervisor.confine import cgroup_root

@@ -1,7 +1,7 @@
 """leaderd: a leader election sidecar daemon."""
 
 # First: a stop signal during the imports must wait for the daemon, not kill it mid-import.
-from . import early_signals as _early_signals
+from .startup import early_signals as _early_signals
 
 _early_signals.block_at_launch()
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from leaderd import cli
+from leaderd.startup import cli
 
 OUT = Path(__file__).resolve().parent / "completion"
 # Options whose value is a path: complete file names.

@@ -2,8 +2,8 @@
 
     python packaging/manpage.py > packaging/leaderd.8
 
-The commands and options come from leaderd.cli (so the page cannot drift from --help; a
-test regenerates it and compares), the environment variables from leaderd.config.
+The commands and options come from leaderd.startup.cli (so the page cannot drift from --help; a
+test regenerates it and compares), the environment variables from leaderd.startup.config.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from leaderd import __version__, cli, config
+from leaderd import __version__
+
+from leaderd.startup import cli, config
 
 DESCRIPTION = """\
 leaderd takes part in one or more leader elections on behalf of the applications beside

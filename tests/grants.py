@@ -8,6 +8,7 @@ import datetime as dt
 
 from leaderd.backends import Backend, Candidate
 from leaderd.backends.base import Grant, Lease
+from tests.backend_calls import ask, release
 
 
 def heard(lease: Lease, who: Candidate) -> dt.datetime:
@@ -31,9 +32,9 @@ async def not_granted_back(a: Backend, b: Backend, election: str, ttl: float) ->
     """A's renewals said it campaigned; once it released (stopping), the next leader's
     release must not hand the lease back to it (the podman stop of both containers)."""
     first, second = Candidate("node-a", "10.0.0.1:80"), Candidate("node-b", "10.0.0.2:80")
-    held = await a.acquire_or_renew(election, first, ttl=ttl, timeout=5)
-    await b.acquire_or_renew(election, second, ttl=ttl, timeout=5)
-    await a.release(election, first, held.term, grant=True)
-    await b.release(election, second, held.term + 1, grant=True)
+    held = await ask(a, election, first, ttl=ttl, timeout=5)
+    await ask(b, election, second, ttl=ttl, timeout=5)
+    await release(a, election, first, held.term, grant=True)
+    await release(b, election, second, held.term + 1, grant=True)
     seen = await b.observe(election)
     assert seen.holder is None and seen.term == held.term + 1

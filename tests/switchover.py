@@ -196,27 +196,27 @@ def sigterm_grants_the_lease(daemons: Sequence[Daemon], ttl: float) -> None:
     wait_for(lambda: history(new, 2) == told, timeout=ttl, what="the grant's history")
 
 
-def frozen_grantee_is_taken_over(
+def frozen_heir_is_taken_over(
     daemons: Sequence[Daemon], ttl: float, settle: float, within: float, end_reason: str
 ) -> None:
     """The release grants the lease to the only campaigning standby, frozen just after a
     heartbeat: once the grant's lease is gone, the other standby (cooling down meanwhile)
-    takes over with term + 2 ``within`` seconds; the thawed grantee follows. ``settle``:
+    takes over with term + 2 ``within`` seconds; the thawed heir follows. ``settle``:
     how long the cooling-down standby's next heartbeat takes to say it no longer asks."""
     leader = the_leader(daemons, timeout=ttl * 3)
     before = term_of(leader)
-    grantee, other = [d for d in daemons if d is not leader]
+    heir, other = [d for d in daemons if d is not leader]
     assert other.post(f"/resign?cooldown={ttl}")[0] == 200  # not campaigning for one ttl
     time.sleep(settle)
     with Referee(daemons):
-        grantee.signal(signal.SIGSTOP)
+        heir.signal(signal.SIGSTOP)
         t0 = time.monotonic()
         leader.signal(signal.SIGTERM)
         assert leader.wait() == 0
         assert the_leader([other], timeout=within) is other
-        print(f"\nfrozen grantee taken over after {time.monotonic() - t0:.2f}s")
-        assert term_of(other) == before + 2  # the grant's term was grantee's
-        grantee.signal(signal.SIGCONT)
-        only_leader_for(other, [grantee])
-    told = (before + 1, grantee.node_id, end_reason)
+        print(f"\nfrozen heir taken over after {time.monotonic() - t0:.2f}s")
+        assert term_of(other) == before + 2  # the grant's term was heir's
+        heir.signal(signal.SIGCONT)
+        only_leader_for(other, [heir])
+    told = (before + 1, heir.node_id, end_reason)
     wait_for(lambda: history(other, 2)[1:] == [told], timeout=ttl, what="the history")

@@ -22,7 +22,7 @@ READERS = {
 # (module, reader) -> why it may read that clock itself. Every other use goes through
 # clock.py (a request's own timeout too: one clock leaves no age on the wrong one).
 ALLOWED: dict[tuple[str, str], str] = {
-    ("containment.py", "time.clock_gettime"): (
+    ("supervision/containment.py", "time.clock_gettime"): (
         "the keeper runs as `python -I -S` with its own two modules only, so it cannot "
         "import clock.py; it reads CLOCK_BOOTTIME itself, the same clock"
     ),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from leaderd.config import ConfigError, client_socket, load
+from leaderd.startup.config import ConfigError, client_socket, load
 
 NO_FLAGS: dict[str, object] = {}
 
@@ -15,7 +15,7 @@ NO_FLAGS: dict[str, object] = {}
 @pytest.fixture(autouse=True)
 def no_system_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """This machine's /etc/leaderd/leaderd.toml, if any, must not leak into the tests."""
-    monkeypatch.setattr("leaderd.config.DEFAULT_CONFIG_FILE", str(tmp_path / "absent.toml"))
+    monkeypatch.setattr("leaderd.startup.config.DEFAULT_CONFIG_FILE", str(tmp_path / "absent.toml"))
 
 
 def toml(tmp_path: Path, text: str) -> str:

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from leaderd import schema
-from leaderd.config import ConfigError, load
+from leaderd.startup import schema
+from leaderd.startup.config import ConfigError, load
 
 TOP = sorted(schema.schema()["properties"])
 TIMING = sorted(schema.schema()["$defs"]["timing"]["properties"])

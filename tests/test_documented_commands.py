@@ -7,7 +7,7 @@ import argparse
 import re
 from pathlib import Path
 
-from leaderd import cli
+from leaderd.startup import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"),

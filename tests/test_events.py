@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from leaderd import logs
 from leaderd.events import FIELDS, Event, extra
+from leaderd.startup import logs
 
 LEADERD = Path(__file__).resolve().parents[1] / "leaderd"
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from leaderd.checks import CheckSpec, Result, probe_of
-from leaderd.config import ConfigError, load
-from leaderd.health import CheckState, Health
+from leaderd.startup.config import ConfigError, load
+from leaderd.supervision.checks import CheckSpec, Result, probe_of
+from leaderd.supervision.health import CheckState, Health
 
 ENV = {"HOSTNAME": "h"}
 

@@ -14,7 +14,7 @@ from tests.daemons import REPO
 
 CHECK = """
 import json, os, ssl
-from leaderd import lean_imports
+from leaderd.startup import lean_imports
 lean_imports.import_aiohttp()
 from aiohttp import connector
 print(json.dumps({
@@ -52,7 +52,7 @@ def test_aiohttp_loads_no_ca_and_the_environment_is_put_back(set_by_user: bool) 
 
 FROZENLIST = """
 import json, os
-from leaderd import lean_imports
+from leaderd.startup import lean_imports
 lean_imports.import_aiohttp()
 import frozenlist
 maps = open("/proc/self/maps").read()

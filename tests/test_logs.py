@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from leaderd import logs
+from leaderd.startup import logs
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ from tests.daemons import REPO
 
 FRAGMENTED = """
 import json
-from leaderd import memory
+from leaderd.startup import memory
 
 def anon_kb():
     for line in open("/proc/self/status"):

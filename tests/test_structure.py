@@ -30,8 +30,10 @@ DRIVERS: dict[str, re.Pattern[str]] = {
     "aiosqlite": re.compile(r"^leaderd/backends/sqlite/[^/]+\.py$"),
     "sqlite3": re.compile(r"^leaderd/backends/sqlite/[^/]+\.py$"),
 }
-# A backend knows no policy: none of these may be imported under leaderd/backends/.
-POLICY = ("engine", "election_state", "api", "daemon", "cli", "supervisor", "watchers")
+# The layers, lowest first: a module imports only its own layer, the layers below it, and
+# the foundation modules at the top of the package (clock, events, jsonio, package_files).
+# So a backend knows no policy, and the election knows nothing of HTTP or of run --.
+LAYERS = ("backends", "election", "supervision", "api", "startup")
 
 
 def modules() -> Iterator[Path]:
@@ -104,14 +106,32 @@ def test_drivers_are_imported_only_inside_their_backend(driver: str) -> None:
     assert not outside, f"{driver} imported outside its backend: {outside}"
 
 
-def test_backends_know_no_policy() -> None:
+def layer_of(name: str) -> int | None:
+    parts = name.split(".")
+    if parts[0] != "leaderd" or len(parts) < 2:
+        return None
+    if parts[1] in ("__init__", "__main__"):  # the entry points sit above every layer
+        return len(LAYERS)
+    return LAYERS.index(parts[1]) if parts[1] in LAYERS else None
+
+
+def test_layers_import_only_downwards() -> None:
     offending = []
-    for path in (PACKAGE / "backends").rglob("*.py"):
+    for path in modules():
+        own = layer_of(
+            module_name(path) if path.name != "__init__.py" else f"{module_name(path)}.__init__"
+        )
         for name in imported(path):
-            parts = name.split(".")
-            if parts[0] == "leaderd" and len(parts) > 1 and parts[1] in POLICY:
+            theirs = layer_of(name)
+            if theirs is not None and (own is None or theirs > own):
                 offending.append(f"{rel(path)} imports {name}")
     assert not offending, offending
+
+
+def test_every_module_is_in_a_layer_or_the_foundation() -> None:
+    foundation = {"__init__", "__main__", "clock", "events", "jsonio", "package_files"}
+    loose = [rel(p) for p in PACKAGE.glob("*.py") if p.stem not in foundation]
+    assert not loose, f"modules outside the layers: {loose} (docs/architecture.md, the map)"
 
 
 def test_no_import_cycles() -> None:

@@ -54,9 +54,13 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from .. import __version__
-from .records import EndReason, Member, Tenure
+from .records import Member, Tenure
+
+if TYPE_CHECKING:  # asks.py builds on Candidate, defined here
+    from .asks import Ask, Release
 
 
 class Capability(enum.Enum):
@@ -274,21 +278,10 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def acquire_or_renew(
-        self,
-        election: str,
-        candidate: Candidate,
-        ttl: float,
-        timeout: float,
-        wait: float = 0.0,
-        *,
-        takeover: str = "",
-        min_term: int = 0,
-        lost_term: int = 0,
-    ) -> Lease:
-        """Atomically take or extend the lease for ``candidate``, and return it.
+    async def acquire_or_renew(self, ask: Ask) -> Lease:
+        """Atomically take or extend the lease for ``ask.candidate``, and return it.
 
-        The candidate holds the lease for ``ttl`` seconds from the backend's now when:
+        The candidate holds the lease for ``ask.ttl`` seconds from the backend's now when:
 
         1. it already holds it (same node id and instance): a renewal, the term is kept
            (if the backend had expired it meanwhile, it is an acquisition);
@@ -320,18 +313,7 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def release(
-        self,
-        election: str,
-        candidate: Candidate,
-        term: int,
-        reason: EndReason | str = EndReason.RELEASED,
-        *,
-        reserve_for: str = "",
-        ttl: float = 0.0,
-        grant: bool = False,
-        version: str = "",
-    ) -> None:
+    async def release(self, release: Release) -> None:
         """Expire the lease in place if ``candidate`` (node id and instance) holds it with
         ``term``, even if the backend already judged it expired; else no-op. The term's
         history record ends with ``reason`` in the same transaction.
@@ -346,9 +328,9 @@ class Backend(abc.ABC):
         the other nodes' ``wait_for_change`` (NOTIFY, ...), so a standby takes over at once
         instead of after its polling period (and, at the reservation's end, every one).
 
-        With ``grant`` (and no ``reserve_for``), a backend that ``grants`` hands the lease in
-        the same write to the freshest live campaigning member of another node id: term + 1,
-        expiring no sooner than the Grant says, history recorded; and tells it with a Grant
+        With a ``heir`` (and no ``reserve_for``), a backend that GRANTS hands the lease in the
+        same write to the freshest member the Heir allows (asks.Heir): term + 1, expiring no
+        sooner than the Grant says, history recorded; and tells it with a Grant
         (``wait_for_change``). With no such member it is released.
         """
 

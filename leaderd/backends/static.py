@@ -21,6 +21,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from ..clock import boottime
+from .asks import Ask, Release
 from .base import (
     Backend,
     BackendFatal,
@@ -110,21 +111,11 @@ class StaticBackend(Backend):
         lease = self._leases.setdefault(election, _free(election, term=0))
         return heard_in(replace(lease, members=self._listed(election)), candidate)
 
-    async def acquire_or_renew(
-        self,
-        election: str,
-        candidate: Candidate,
-        ttl: float,
-        timeout: float,
-        wait: float = 0.0,
-        *,
-        takeover: str = "",
-        min_term: int = 0,
-        lost_term: int = 0,
-    ) -> Lease:
-        lease = self._heard(election, candidate, ttl, campaigning=True)
+    async def acquire_or_renew(self, ask: Ask) -> Lease:
+        election, candidate = ask.election, ask.candidate
+        lease = self._heard(election, candidate, ask.ttl, campaigning=True)
         if lease.holder is None:
-            term = max(lease.term + 1, min_term)
+            term = max(lease.term + 1, ask.min_term)
             self._save_term(election, term)  # durable before it is granted
             lease = Lease(
                 election=election,
@@ -141,26 +132,16 @@ class StaticBackend(Backend):
             self._wake(election)
         return heard_in(replace(lease, members=self._listed(election)), candidate)
 
-    async def release(
-        self,
-        election: str,
-        candidate: Candidate,
-        term: int,
-        reason: EndReason | str = EndReason.RELEASED,
-        *,
-        reserve_for: str = "",
-        ttl: float = 0.0,
-        grant: bool = False,
-        version: str = "",
-    ) -> None:
+    async def release(self, release: Release) -> None:
+        election, term = release.election, release.term
         lease = await self.observe(election)
-        if lease.held_by(candidate) and lease.term == term:
+        if lease.held_by(release.candidate) and lease.term == term:
             # No reservation: no other node can ever ask (the API refuses resign?to=).
             self._leases[election] = _free(election, term=term)
             records = self._history.get(election, [])
             if records and records[0].term == term:
                 now = dt.datetime.now(dt.UTC)
-                records[0] = replace(records[0], ended_at=now, end_reason=str(reason))
+                records[0] = replace(records[0], ended_at=now, end_reason=str(release.reason))
                 self._save_history()
             self._wake(election)
 

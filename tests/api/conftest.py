@@ -12,14 +12,14 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from leaderd.api import build_app
+from leaderd.api.metrics import Metrics
+from leaderd.api.server import build_app
 from leaderd.backends.base import Backend, Candidate
 from leaderd.backends.sqlite.backend import SQLiteBackend
 from leaderd.backends.static import StaticBackend
-from leaderd.engine import Election
-from leaderd.metrics import Metrics
-from leaderd.node import Node
-from leaderd.timing import Timing
+from leaderd.election.engine import Election
+from leaderd.election.node import Node
+from leaderd.election.timing import Timing
 
 # Short enough that hand-overs happen within a test, long enough to be stable on 2 shared cores.
 FAST = Timing(ttl=3.0, renew_interval=0.5, retry_interval=0.2)

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from leaderd import __version__
-from leaderd.api import build_app
+from leaderd.api.server import build_app
 from leaderd.backends import redact_url
 from leaderd.backends.sqlite.backend import SQLiteBackend
 from leaderd.backends.static import StaticBackend
 from leaderd.clock import SystemClock
-from leaderd.engine import Election
-from leaderd.node import Node
+from leaderd.election.engine import Election
+from leaderd.election.node import Node
 
 from .conftest import ADDRESS, FAST, eventually
 
@@ -237,7 +237,7 @@ async def test_resign_bad_cooldown_400(api: Any, query: str) -> None:
 
 
 async def test_ready_503_before_first_round_then_200(make_node: Any, aiohttp_client: Any) -> None:
-    from leaderd.api import build_app
+    from leaderd.api.server import build_app
 
     node = await make_node(["default", "other"], run=False)
     client = await aiohttp_client(build_app(node))
@@ -270,7 +270,7 @@ class StepClock(SystemClock):
 
 
 async def test_health_200_then_503_when_the_loop_stalls(aiohttp_client: Any) -> None:
-    from leaderd.api import build_app
+    from leaderd.api.server import build_app
 
     backend = StaticBackend()
     await backend.open(["default"])

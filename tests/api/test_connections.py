@@ -23,9 +23,9 @@ import orjson
 import pytest
 from aiohttp import web
 
-from leaderd.api import build_app, serve
-from leaderd.connections import Connections, FileBudget, Limits
-from leaderd.node import Node
+from leaderd.api.connections import Connections, FileBudget, Limits
+from leaderd.api.server import build_app, serve
+from leaderd.election.node import Node
 
 from .conftest import MakeNode, eventually
 
@@ -343,7 +343,7 @@ async def test_malformed_requests_log_one_line_now_and_then(
 async def test_connection_metrics(served: Serve) -> None:
     from prometheus_client.parser import text_string_to_metric_families
 
-    from leaderd.metrics import Metrics
+    from leaderd.api.metrics import Metrics
 
     s = await served(Limits(max_connections=1, header_timeout=0.2, keepalive_timeout=5))
     metrics = Metrics()

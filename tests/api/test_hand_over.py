@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from leaderd.backends.sqlite.backend import SQLiteBackend
-from leaderd.node import Node
+from leaderd.election.node import Node
 
 from .conftest import eventually
 

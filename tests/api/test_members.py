@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from leaderd.api.metrics import Metrics
 from leaderd.backends.sqlite.backend import SQLiteBackend
-from leaderd.metrics import Metrics
 
 from .conftest import eventually
 from .test_metrics import parse, value

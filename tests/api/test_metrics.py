@@ -9,10 +9,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from leaderd import __version__
+from leaderd.api.metrics import MeteredBackend, Metrics
 from leaderd.backends.base import BackendFatal, BackendUnavailable, Candidate
 from leaderd.backends.sqlite.backend import SQLiteBackend
 from leaderd.backends.static import StaticBackend
-from leaderd.metrics import MeteredBackend, Metrics
+from tests.backend_calls import ask, release
 
 from .conftest import eventually
 
@@ -107,9 +108,9 @@ async def test_watchers_gauge_counts_waiting_clients(api: Any) -> None:
 
 async def test_is_leader_is_derived_at_scrape_time(aiohttp_client: Any) -> None:
     """After a pause past the deadline, the first scrape says 0: nothing timer-driven."""
-    from leaderd.api import build_app
-    from leaderd.engine import Election
-    from leaderd.node import Node
+    from leaderd.api.server import build_app
+    from leaderd.election.engine import Election
+    from leaderd.election.node import Node
 
     from .conftest import FAST
     from .test_api import StepClock
@@ -158,11 +159,11 @@ async def test_metered_backend_counts_errors_and_passes_through() -> None:
         with pytest.raises(expected):
             await backend.observe("default")
     candidate = Candidate("node-a")
-    lease = await backend.acquire_or_renew("default", candidate, ttl=3, timeout=1)
+    lease = await ask(backend, "default", candidate, ttl=3, timeout=1)
     assert lease == await inner.observe("default")
     assert lease.held_by(candidate) and lease.term == 1
     await backend.wait_for_change("default", 0.01)
-    await backend.release("default", candidate, 1)
+    await release(backend, "default", candidate, 1)
     assert (await backend.observe("default")).holder is None
 
     samples = parse(metrics.exposition().decode())

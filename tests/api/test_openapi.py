@@ -17,12 +17,12 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
-from leaderd.api import build_app, serve
+from leaderd.api.routing import api_routes
+from leaderd.api.server import build_app, serve
 from leaderd.backends.base import Candidate
 from leaderd.backends.static import StaticBackend
-from leaderd.engine import Election
-from leaderd.node import Node
-from leaderd.routing import api_routes
+from leaderd.election.engine import Election
+from leaderd.election.node import Node
 
 from .conftest import FAST, eventually
 

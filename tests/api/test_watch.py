@@ -12,8 +12,8 @@ import orjson
 import pytest
 from aiohttp import ClientSession, UnixConnector
 
-from leaderd.api import MAX_WATCH_TIMEOUT, build_app, serve
-from leaderd.engine import Election
+from leaderd.api.server import MAX_WATCH_TIMEOUT, build_app, serve
+from leaderd.election.engine import Election
 
 from .conftest import eventually
 

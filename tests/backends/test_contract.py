@@ -11,6 +11,7 @@ import time
 
 from leaderd.backends import Backend, Candidate, Lease
 from leaderd.backends.base import Capability
+from tests.backend_calls import ask, release
 
 from .conftest import LONG_TTL, SHORT_TTL, Store
 
@@ -26,7 +27,7 @@ WAIT = 5.0  # wait_for_change timeout that a prompt wake-up must beat by far
 async def acquire(
     backend: Backend, candidate: Candidate, ttl: float = LONG_TTL, takeover: str = ""
 ) -> Lease:
-    return await backend.acquire_or_renew(E, candidate, ttl, timeout=TIMEOUT, takeover=takeover)
+    return await ask(backend, E, candidate, ttl, timeout=TIMEOUT, takeover=takeover)
 
 
 async def take_over(backend: Backend, candidate: Candidate) -> Lease:
@@ -100,8 +101,8 @@ async def test_a_non_holder_cannot_renew_or_release(store: Store) -> None:
     theirs = await acquire(b, B)
     assert not theirs.held_by(B)
     assert (theirs.holder, theirs.term) == (A.node_id, mine.term)
-    await b.release(E, B, mine.term)
-    await a.release(E, A, mine.term + 1)  # the holder, but not with its term
+    await release(b, E, B, mine.term)
+    await release(a, E, A, mine.term + 1)  # the holder, but not with its term
     seen = await b.observe(E)
     assert (seen.holder, seen.term) == (A.node_id, mine.term)
 
@@ -109,7 +110,7 @@ async def test_a_non_holder_cannot_renew_or_release(store: Store) -> None:
 async def test_release_lets_another_acquire_at_once_with_the_next_term(store: Store) -> None:
     a, b = await store.new(), await store.new()
     mine = await held(a, A)
-    await a.release(E, A, mine.term)
+    await release(a, E, A, mine.term)
     seen = await (await store.new()).observe(E)
     assert (seen.holder, seen.address, seen.term) == (None, "", mine.term)  # term kept
     theirs = await held(b, B)
@@ -125,18 +126,18 @@ async def test_a_release_that_lands_after_a_renewal_changes_nothing(store: Store
     await acquire(b, B)  # a live campaigning member a grant would pick
     renewed = await held(a, A)
     assert renewed.term == first.term and renewed.version != first.version
-    await a.release(E, A, first.term, grant=True, version=first.version)
-    await a.release(E, A, first.term, reserve_for=B.node_id, ttl=LONG_TTL, version=first.version)
+    await release(a, E, A, first.term, grant=True, version=first.version)
+    await release(a, E, A, first.term, reserve_for=B.node_id, ttl=LONG_TTL, version=first.version)
     seen = await b.observe(E)
     assert seen.held_by(A) and (seen.term, seen.reserved_for) == (first.term, ""), seen
-    await a.release(E, A, first.term, version=renewed.version)
+    await release(a, E, A, first.term, version=renewed.version)
     assert (await b.observe(E)).holder is None
 
 
 async def test_the_same_holder_gets_the_next_term_after_release(store: Store) -> None:
     a = await store.new()
     first = await held(a, A)
-    await a.release(E, A, first.term)
+    await release(a, E, A, first.term)
     assert (await held(a, A)).term == first.term + 1
 
 
@@ -187,7 +188,7 @@ async def test_the_same_node_id_in_another_process_is_another_holder(store: Stor
     theirs = await acquire(twin, TWIN)
     assert not theirs.held_by(TWIN) and theirs.held_by_twin(TWIN), theirs
     assert (theirs.holder, theirs.instance, theirs.term) == (A.node_id, A.instance, mine.term)
-    await twin.release(E, TWIN, mine.term)  # not the holder: a no-op
+    await release(twin, E, TWIN, mine.term)  # not the holder: a no-op
     assert (await a.observe(E)).held_by(A)
     assert (await held(a, A)).term == mine.term
 
@@ -195,10 +196,10 @@ async def test_the_same_node_id_in_another_process_is_another_holder(store: Stor
 async def test_an_acquisition_takes_at_least_min_term(store: Store) -> None:
     a, b = await store.new(), await store.new()
     mine = await held(a, A)
-    await a.release(E, A, mine.term)
-    lease = await b.acquire_or_renew(E, B, LONG_TTL, TIMEOUT, min_term=mine.term + 10)
+    await release(a, E, A, mine.term)
+    lease = await ask(b, E, B, LONG_TTL, TIMEOUT, min_term=mine.term + 10)
     assert lease.held_by(B) and lease.term == mine.term + 10
-    renewed = await b.acquire_or_renew(E, B, LONG_TTL, TIMEOUT, min_term=mine.term + 20)
+    renewed = await ask(b, E, B, LONG_TTL, TIMEOUT, min_term=mine.term + 20)
     assert renewed.term == mine.term + 10  # a renewal keeps its term
 
 
@@ -206,9 +207,9 @@ async def test_terms_survive_release_and_restart(store: Store) -> None:
     store.require(Capability.DURABLE)
     a, b = await store.new(), await store.new()
     first = await held(a, A)
-    await a.release(E, A, first.term)
+    await release(a, E, A, first.term)
     second = await held(b, B)
-    await b.release(E, B, second.term)
+    await release(b, E, B, second.term)
     await store.restart()
     c = await store.new()
     seen = await c.observe(E)
@@ -229,7 +230,7 @@ async def test_terms_never_decrease_when_the_holder_restarts(store: Store) -> No
 async def test_elections_are_independent(store: Store) -> None:
     a, b = await store.new(), await store.new()
     await held(a, A)
-    other = await b.acquire_or_renew("other", B, LONG_TTL, timeout=TIMEOUT)
+    other = await ask(b, "other", B, LONG_TTL, timeout=TIMEOUT)
     assert other.held_by(B) and other.election == "other"
 
 
@@ -252,7 +253,7 @@ async def test_wait_for_change_wakes_promptly_on_release(store: Store) -> None:
     await b.observe(E)
     task = await wait_in_background(b, WAIT)
     released = time.monotonic()
-    await a.release(E, A, mine.term)
+    await release(a, E, A, mine.term)
     woke = await asyncio.wait_for(task, WAIT * 2)
     assert woke - released < WAIT / 2, "woke by its timeout, not by the release"
     assert (await b.observe(E)).holder is None

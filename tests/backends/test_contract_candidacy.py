@@ -13,6 +13,7 @@ from pathlib import Path
 from leaderd.backends import Backend, Candidate
 from leaderd.backends.base import Capability
 from leaderd.backends.sqlite.backend import SQLiteBackend
+from tests.backend_calls import ask, release
 
 from .conftest import LONG_TTL, Store
 from .test_contract import E, acquire, held
@@ -52,7 +53,7 @@ async def test_an_older_sqlite_members_table_gains_the_columns(tmp_path: Path) -
     backend = SQLiteBackend.from_url(f"sqlite://{path}")
     await backend.open([E])
     try:
-        lease = await backend.acquire_or_renew(E, A, LONG_TTL, timeout=5)
+        lease = await ask(backend, E, A, LONG_TTL)
         assert lease.held_by(A) and listed(lease)["who-a", A.instance].priority == 3
     finally:
         await backend.close()
@@ -79,7 +80,7 @@ async def test_a_grant_goes_to_the_highest_priority_before_the_freshest(store: S
     await stand(high, HIGH)
     await stand(fresh, FRESH)  # heard last: the freshest, of a lower priority
     lease = await held(a, A)  # etcd: the leader's renewal reads the offers
-    await a.release(E, A, lease.term, grant=True, ttl=LONG_TTL, version=lease.version)
+    await release(a, E, A, lease.term, grant=True, ttl=LONG_TTL, version=lease.version)
     seen = await fresh.observe(E)
     assert (seen.holder, seen.instance, seen.term) == (HIGH.node_id, HIGH.instance, lease.term + 1)
 
@@ -90,6 +91,6 @@ async def test_a_witness_is_never_granted_the_lease(store: Store) -> None:
     lease = await held(a, A)
     await stand(witness, WITNESS)  # even one that asks for it
     lease = await held(a, A)  # etcd: the leader's renewal reads the offers
-    await a.release(E, A, lease.term, grant=True, ttl=LONG_TTL, version=lease.version)
+    await release(a, E, A, lease.term, grant=True, ttl=LONG_TTL, version=lease.version)
     seen = await witness.observe(E)
     assert (seen.holder, seen.term) == (None, lease.term)

@@ -15,6 +15,7 @@ from leaderd.backends.records import (
     EndReason,
     Member,
 )
+from tests.backend_calls import ask, release
 
 from .conftest import LONG_TTL, SHORT_TTL, Store
 from .test_contract import TIMEOUT, TWIN, A, B, C, E, acquire, held, take_over
@@ -98,7 +99,7 @@ async def test_history_names_the_standby_a_switchover_went_to(store: Store) -> N
     store.require(Capability.RESERVES)
     a, b = await store.new(), await store.new()
     first = await held(a, A)
-    await a.release(E, A, first.term, EndReason.RESIGNED, reserve_for=B.node_id, ttl=LONG_TTL)
+    await release(a, E, A, first.term, EndReason.RESIGNED, reserve_for=B.node_id, ttl=LONG_TTL)
     second = await held(b, B)
     assert reasons(await a.history(E, 10)) == [
         (second.term, B.node_id, None),
@@ -113,13 +114,13 @@ def reasons(records: list[object]) -> list[tuple[int, str, str | None]]:
 async def test_history_records_releases_and_resignations(store: Store) -> None:
     a, b = await store.new(), await store.new()
     first = await held(a, A)
-    await a.release(E, A, first.term, EndReason.RESIGNED)
+    await release(a, E, A, first.term, EndReason.RESIGNED)
     second = await held(b, B)
     assert reasons(await a.history(E, 10)) == [
         (second.term, B.node_id, None),
         (first.term, A.node_id, EndReason.RESIGNED),
     ]
-    await b.release(E, B, second.term)
+    await release(b, E, B, second.term)
     records = await a.history(E, 10)
     assert reasons(records)[0] == (second.term, B.node_id, EndReason.RELEASED)
     latest = records[0]
@@ -135,7 +136,7 @@ async def test_history_tells_an_expiry_from_a_takeover(store: Store) -> None:
     first = await acquire(a, A, SHORT_TTL)
     a = await store.expire(a, E)
     again = await take_over(a, A)  # the same process, after its own lease lapsed
-    await a.release(E, A, again.term)
+    await release(a, E, A, again.term)
     second = await acquire(b, B, SHORT_TTL)
     b = await store.expire(b, E)
     third = await take_over(a, A)
@@ -155,7 +156,7 @@ async def test_a_holder_that_lost_the_backend_says_so_later(store: Store) -> Non
     a = await store.expire(a, E)
     await take_over(b, B)
     # A's next request names the term it stepped down from, unable to reach the backend.
-    lease = await a.acquire_or_renew(E, A, LONG_TTL, timeout=TIMEOUT, lost_term=first.term)
+    lease = await ask(a, E, A, LONG_TTL, timeout=TIMEOUT, lost_term=first.term)
     assert not lease.held_by(A)
     assert reasons(await b.history(E, 10))[1] == (
         first.term,
@@ -167,7 +168,7 @@ async def test_a_holder_that_lost_the_backend_says_so_later(store: Store) -> Non
 async def test_history_survives_a_restart(store: Store) -> None:
     a = await store.new()
     lease = await held(a, A)
-    await a.release(E, A, lease.term)
+    await release(a, E, A, lease.term)
     await store.restart()
     records = await (await store.new()).history(E, 10)
     assert reasons(records) == [(lease.term, A.node_id, EndReason.RELEASED)]
@@ -181,7 +182,7 @@ async def test_history_keeps_the_newest_records_past_its_retention(store: Store)
     for i in range(HISTORY_RETENTION + 3):
         backend, who = (a, A) if i % 2 == 0 else (b, B)
         lease = await held(backend, who)
-        await backend.release(E, who, lease.term)
+        await release(backend, E, who, lease.term)
         terms.append(lease.term)
         if len(terms) >= HISTORY_RETENTION - 1:
             records = await a.history(E, 10 * HISTORY_RETENTION)

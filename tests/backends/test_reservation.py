@@ -13,6 +13,7 @@ import pytest
 
 from leaderd.backends import Backend, Candidate, Lease
 from leaderd.backends.base import Capability
+from tests.backend_calls import ask, release
 
 from .conftest import LONG_TTL, SHORT_TTL, Store
 from .test_contract import TIMEOUT, TWIN, WAIT, A, B, C, E, acquire, held, wait_in_background
@@ -30,7 +31,7 @@ async def reserved(store: Store, to: Candidate, ttl: float = LONG_TTL) -> tuple[
     """A held the lease, then released it reserved for ``to``: (A's instance, A's lease)."""
     a = await store.new()
     mine = await held(a, A)
-    await a.release(E, A, mine.term, reserve_for=to.node_id, ttl=ttl)
+    await release(a, E, A, mine.term, reserve_for=to.node_id, ttl=ttl)
     return a, mine
 
 
@@ -62,7 +63,7 @@ async def test_of_eight_concurrent_contenders_only_the_named_one_wins(handing: S
     # As a follower's engine asks: a lock backend may block for the lock meanwhile (the
     # others, granted it first, give it back at once).
     asks = (
-        backend.acquire_or_renew(E, c, LONG_TTL, timeout=TIMEOUT, wait=TIMEOUT / 2)
+        ask(backend, E, c, LONG_TTL, timeout=TIMEOUT, wait=TIMEOUT / 2)
         for backend, c in zip(backends, candidates, strict=True)
     )
     results = await asyncio.gather(*asks)
@@ -90,7 +91,7 @@ async def test_the_reservation_names_a_node_id_so_any_of_its_processes_may_take_
     # node-a's release reserved for node-b; node-b restarted meanwhile (another instance).
     a = await handing.new()
     mine = await held(a, A)
-    await a.release(E, A, mine.term, reserve_for=B.node_id, ttl=LONG_TTL)
+    await release(a, E, A, mine.term, reserve_for=B.node_id, ttl=LONG_TTL)
     restarted_b = Candidate(B.node_id, B.address)
     assert (await held(await handing.new(), restarted_b)).term == mine.term + 1
 
@@ -98,8 +99,8 @@ async def test_the_reservation_names_a_node_id_so_any_of_its_processes_may_take_
 async def test_a_release_by_a_non_holder_reserves_nothing(handing: Store) -> None:
     a, b = await handing.new(), await handing.new()
     mine = await held(a, A)
-    await b.release(E, B, mine.term, reserve_for=B.node_id, ttl=LONG_TTL)
-    await b.release(E, TWIN, mine.term, reserve_for=B.node_id, ttl=LONG_TTL)
+    await release(b, E, B, mine.term, reserve_for=B.node_id, ttl=LONG_TTL)
+    await release(b, E, TWIN, mine.term, reserve_for=B.node_id, ttl=LONG_TTL)
     seen = await b.observe(E)
     assert (seen.holder, seen.term, seen.reserved_for) == (A.node_id, mine.term, "")
     assert (await held(a, A)).term == mine.term  # still A's: a renewal
@@ -109,7 +110,7 @@ async def test_a_plain_release_after_a_hand_over_reserves_nothing(handing: Store
     await reserved(handing, C)
     c, b = await handing.new(), await handing.new()
     theirs = await held(c, C)
-    await c.release(E, C, theirs.term)
+    await release(c, E, C, theirs.term)
     assert (await held(b, B)).term == theirs.term + 1
 
 
@@ -121,8 +122,8 @@ async def test_the_named_node_is_woken_promptly_by_the_reserving_release(
     await c.observe(E)
     task = await wait_in_background(c, WAIT)
     released = time.monotonic()
-    await a.release(E, A, mine.term, reserve_for=C.node_id, ttl=LONG_TTL)
+    await release(a, E, A, mine.term, reserve_for=C.node_id, ttl=LONG_TTL)
     woke = await asyncio.wait_for(task, WAIT * 2)
     assert woke - released < WAIT / 2, "woke by its timeout, not by the release"
-    lease = await c.acquire_or_renew(E, C, LONG_TTL, timeout=TIMEOUT)
+    lease = await ask(c, E, C, LONG_TTL, timeout=TIMEOUT)
     assert lease.held_by(C) and lease.term == mine.term + 1

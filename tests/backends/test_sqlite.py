@@ -24,6 +24,7 @@ from leaderd.backends import (
 from leaderd.backends.sqlite import wake as sqlite_wake
 from leaderd.backends.sqlite.backend import SQLiteBackend
 from leaderd.backends.sqlite.host import refuse_shared_filesystem
+from tests.backend_calls import ask
 
 from .conftest import LONG_TTL, SHORT_TTL, Opener
 
@@ -191,14 +192,14 @@ async def test_a_lease_from_another_boot_is_expired_but_never_free(
     db: Path, opened: Opener
 ) -> None:
     a, b = await opened(db), await opened(db)
-    mine = await a.acquire_or_renew(E, A, LONG_TTL, timeout=5)
+    mine = await ask(a, E, A, LONG_TTL, timeout=5)
     with sqlite3.connect(db) as conn:  # as if the host rebooted since (or another kernel)
         conn.execute("UPDATE leaderd_lease SET boot_id = 'previous-boot', expires_boottime = 1e12")
     seen = await b.observe(E)
     assert (seen.holder, seen.term, seen.expired) == (A.node_id, mine.term, True)
-    refused = await b.acquire_or_renew(E, B, LONG_TTL, timeout=5)
+    refused = await ask(b, E, B, LONG_TTL, timeout=5)
     assert not refused.held_by(B)  # not "instantly expired": the engine must watch it first
-    again = await a.acquire_or_renew(E, A, LONG_TTL, timeout=5)
+    again = await ask(a, E, A, LONG_TTL, timeout=5)
     assert again.held_by(A) and again.term == mine.term + 1  # a new term, not a renewal
 
 
@@ -210,20 +211,20 @@ async def test_a_locked_file_makes_requests_give_up_in_time_and_recover(
     locker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
     started = time.monotonic()
     with pytest.raises(BackendUnavailable, match=str(db)):
-        await backend.acquire_or_renew(E, A, LONG_TTL, timeout=0.3)
+        await ask(backend, E, A, LONG_TTL, timeout=0.3)
     assert time.monotonic() - started < 2.0
     assert (await backend.observe(E)).holder is None  # WAL: reads go on during a write
     locker.execute("ROLLBACK")
     locker.execute("BEGIN IMMEDIATE")  # the backend does not keep a transaction open
     locker.execute("ROLLBACK")
-    lease = await backend.acquire_or_renew(E, A, LONG_TTL, timeout=5)
+    lease = await ask(backend, E, A, LONG_TTL, timeout=5)
     assert lease.held_by(A)
     await backend.close()
 
 
 async def test_a_waiter_wakes_when_the_lease_it_saw_lapses(db: Path, opened: Opener) -> None:
     a, b = await opened(db), await opened(db)
-    await a.acquire_or_renew(E, A, SHORT_TTL, timeout=5)
+    await ask(a, E, A, SHORT_TTL, timeout=5)
     await b.observe(E)
     started = time.monotonic()
     await b.wait_for_change(E, 5.0)
@@ -293,15 +294,16 @@ async def test_close_releases_a_waiter_whose_watch_never_ran(db: Path, opened: O
 HOLDER = """
 import asyncio, sys, time
 from leaderd.backends import Candidate, backend_from_url
+from leaderd.backends.asks import Ask, Release
 async def main(url):
     backend = backend_from_url(url)
     await backend.open(["default"])
     me = Candidate("holder")  # one process: one instance
-    lease = await backend.acquire_or_renew("default", me, 60.0, timeout=5)
+    lease = await backend.acquire_or_renew(Ask("default", me, 60.0, 5))
     print(lease.term, flush=True)
     sys.stdin.readline()
     released = time.monotonic()
-    await backend.release("default", me, lease.term)
+    await backend.release(Release("default", me, lease.term))
     print(released, flush=True)
     await backend.close()
 asyncio.run(main(sys.argv[1]))
@@ -310,12 +312,12 @@ asyncio.run(main(sys.argv[1]))
 
 async def test_renewals_do_not_wake_waiters(db: Path, opened: Opener) -> None:
     a, b = await opened(db), await opened(db)
-    await a.acquire_or_renew(E, A, LONG_TTL, timeout=5)
+    await ask(a, E, A, LONG_TTL, timeout=5)
     await b.observe(E)
     waiter = asyncio.create_task(b.wait_for_change(E, 0.8))
     for _ in range(10):
         await asyncio.sleep(0.05)
-        assert (await a.acquire_or_renew(E, A, LONG_TTL, timeout=5)).held_by(A)
+        assert (await ask(a, E, A, LONG_TTL, timeout=5)).held_by(A)
         assert not waiter.done()
     await waiter
 
@@ -332,17 +334,18 @@ async def test_close_wakes_waiters(db: Path, opened: Opener) -> None:
 CONTENDER = """
 import asyncio, json, random, sys, time
 from leaderd.backends import Candidate, backend_from_url
+from leaderd.backends.asks import Ask, Release
 async def main(url, node):
     backend = backend_from_url(url)
     await backend.open(["default", "other"])
     me = Candidate(node)
     print("ready", flush=True)
     sys.stdin.readline()  # every contender starts at once
-    first = await backend.acquire_or_renew("default", me, 60.0, timeout=20)
+    first = await backend.acquire_or_renew(Ask("default", me, 60.0, 20))
     held, end, takeover = [], time.monotonic() + 2.0, ""
     while time.monotonic() < end:  # then churn on "other": short leases, some released
         sent = time.monotonic()
-        lease = await backend.acquire_or_renew("other", me, 0.1, timeout=2, takeover=takeover)
+        lease = await backend.acquire_or_renew(Ask("other", me, 0.1, 2, takeover=takeover))
         takeover = lease.version if lease.expired else ""  # as the engine would, one ttl later
         if lease.held_by(me):  # it leads from the answer until sent + ttl, or until release
             held.append([lease.term, time.monotonic(), sent + 0.1])
@@ -350,7 +353,7 @@ async def main(url, node):
                 for span in held:  # steps down first: ends every span of this term
                     if span[0] == lease.term:
                         span[2] = min(span[2], time.monotonic())
-                await backend.release("other", me, lease.term)
+                await backend.release(Release("other", me, lease.term))
         await asyncio.sleep(random.choice([0.0, 0.0, 0.12]) + random.uniform(0, 0.02))  # lapses
     await backend.close()
     print(json.dumps({"holder": first.holder, "term": first.term, "held": held}))

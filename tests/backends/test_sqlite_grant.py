@@ -13,6 +13,7 @@ import pytest
 
 from leaderd.backends import Candidate
 from leaderd.backends.sqlite.backend import SQLiteBackend
+from tests.backend_calls import ask, release
 from tests.grants import heard, not_granted_back, wait_grant
 
 E = "default"
@@ -42,12 +43,12 @@ async def opened(tmp_path: Path) -> AsyncIterator[Opener]:
 
 async def test_a_release_grants_the_freshest_standby_the_next_term(opened: Opener) -> None:
     a, b, c = await opened(), await opened(), await opened()
-    held = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
-    await c.acquire_or_renew(E, C, ttl=TTL, timeout=5)
-    b_heard = heard(await b.acquire_or_renew(E, B, ttl=TTL, timeout=5), B)  # the freshest
+    held = await ask(a, E, A, ttl=TTL, timeout=5)
+    await ask(c, E, C, ttl=TTL, timeout=5)
+    b_heard = heard(await ask(b, E, B, ttl=TTL, timeout=5), B)  # the freshest
     waiting = asyncio.ensure_future(wait_grant(b, E))
     await asyncio.sleep(0.1)
-    await a.release(E, A, held.term, grant=True)
+    await release(a, E, A, held.term, grant=True)
     grant = await waiting
     assert grant.heard_at == b_heard and grant.lease.held_by(B)
     assert grant.lease.term == held.term + 1 and grant.lease.expires_in == TTL
@@ -56,8 +57,8 @@ async def test_a_release_grants_the_freshest_standby_the_next_term(opened: Opene
     assert seen.expires_in is not None and TTL - 1.0 < seen.expires_in <= TTL
     assert seen.version == grant.lease.version  # what watchers time a takeover by
     # C, campaigning, cannot take it; B's own renewal keeps the granted term.
-    assert not (await c.acquire_or_renew(E, C, ttl=TTL, timeout=5)).held_by(C)
-    renewed = await b.acquire_or_renew(E, B, ttl=TTL, timeout=5)
+    assert not (await ask(c, E, C, ttl=TTL, timeout=5)).held_by(C)
+    renewed = await ask(b, E, B, ttl=TTL, timeout=5)
     assert renewed.held_by(B) and renewed.term == grant.lease.term
     records = await c.history(E, 10)
     assert [(r.term, r.holder, r.end_reason) for r in records][:2] == [
@@ -66,14 +67,14 @@ async def test_a_release_grants_the_freshest_standby_the_next_term(opened: Opene
     ]
 
 
-async def test_the_granted_lease_expires_its_ttl_after_the_grantees_heartbeat(
+async def test_the_granted_lease_expires_its_ttl_after_the_heirs_heartbeat(
     opened: Opener,
 ) -> None:
     a, b, c = await opened(), await opened(), await opened()
-    held = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
-    await b.acquire_or_renew(E, B, ttl=TTL, timeout=5)
+    held = await ask(a, E, A, ttl=TTL, timeout=5)
+    await ask(b, E, B, ttl=TTL, timeout=5)
     await asyncio.sleep(1.0)  # B's heartbeat ages; the grant must not restart its ttl
-    await a.release(E, A, held.term, grant=True)
+    await release(a, E, A, held.term, grant=True)
     seen = await c.observe(E)
     assert seen.holder == B.node_id
     assert seen.expires_in is not None and seen.expires_in <= TTL - 1.0
@@ -84,13 +85,13 @@ async def test_no_grant_to_a_member_cooling_down_stale_or_of_the_same_node_id(
 ) -> None:
     twin = Candidate(A.node_id, A.address)  # the same node id, another process
     a, b, c, d = await opened(), await opened(), await opened(), await opened()
-    held = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
-    await c.acquire_or_renew(E, C, ttl=1.0, timeout=5)  # stale after half its ttl
+    held = await ask(a, E, A, ttl=TTL, timeout=5)
+    await ask(c, E, C, ttl=1.0, timeout=5)  # stale after half its ttl
     await asyncio.sleep(0.6)
-    await b.acquire_or_renew(E, B, ttl=TTL, timeout=5)
+    await ask(b, E, B, ttl=TTL, timeout=5)
     await b.observe(E, B, TTL)  # then cooling down: heard, not campaigning
-    await d.acquire_or_renew(E, twin, ttl=TTL, timeout=5)
-    await a.release(E, A, held.term, grant=True)
+    await ask(d, E, twin, ttl=TTL, timeout=5)
+    await release(a, E, A, held.term, grant=True)
     released = await b.observe(E)
     assert released.holder is None and released.term == held.term
     assert await b.wait_for_change(E, 0.2) is None
@@ -100,13 +101,13 @@ async def test_a_release_without_grant_or_with_a_reservation_grants_nothing(
     opened: Opener,
 ) -> None:
     a, b = await opened(), await opened()
-    held = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
-    await b.acquire_or_renew(E, B, ttl=TTL, timeout=5)
-    await a.release(E, A, held.term)
+    held = await ask(a, E, A, ttl=TTL, timeout=5)
+    await ask(b, E, B, ttl=TTL, timeout=5)
+    await release(a, E, A, held.term)
     assert (await b.observe(E)).holder is None
-    again = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
-    await b.acquire_or_renew(E, B, ttl=TTL, timeout=5)
-    await a.release(E, A, again.term, reserve_for=C.node_id, ttl=TTL, grant=True)
+    again = await ask(a, E, A, ttl=TTL, timeout=5)
+    await ask(b, E, B, ttl=TTL, timeout=5)
+    await release(a, E, A, again.term, reserve_for=C.node_id, ttl=TTL, grant=True)
     reserved = await b.observe(E)
     assert reserved.holder is None and reserved.reserved_for == C.node_id
 
@@ -114,29 +115,29 @@ async def test_a_release_without_grant_or_with_a_reservation_grants_nothing(
 async def test_a_stale_holder_grants_nothing(opened: Opener) -> None:
     """A release names its term: a holder that lost the lease cannot give away its successor's."""
     a, b, c = await opened(), await opened(), await opened()
-    held = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
-    await b.acquire_or_renew(E, B, ttl=TTL, timeout=5)
-    await a.release(E, A, held.term, grant=True)  # B now holds held.term + 1
-    await c.acquire_or_renew(E, C, ttl=TTL, timeout=5)
-    await a.release(E, A, held.term, grant=True)
+    held = await ask(a, E, A, ttl=TTL, timeout=5)
+    await ask(b, E, B, ttl=TTL, timeout=5)
+    await release(a, E, A, held.term, grant=True)  # B now holds held.term + 1
+    await ask(c, E, C, ttl=TTL, timeout=5)
+    await release(a, E, A, held.term, grant=True)
     seen = await c.observe(E)
     assert seen.holder == B.node_id and seen.term == held.term + 1
 
 
-async def test_a_grantee_heard_again_since_is_told_by_a_round_not_the_grant(
+async def test_a_heir_heard_again_since_is_told_by_a_round_not_the_grant(
     opened: Opener,
 ) -> None:
     """The grant counts from one heartbeat; once the member row moved on, the waiting read
     cannot name it, and the engine asks with a round (which finds the lease its own)."""
     a, b, b_again = await opened(), await opened(), await opened()
-    held = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
-    await b.acquire_or_renew(E, B, ttl=TTL, timeout=5)
+    held = await ask(a, E, A, ttl=TTL, timeout=5)
+    await ask(b, E, B, ttl=TTL, timeout=5)
     await b.wait_for_change(E, 0.01)  # B's waiter has seen A hold it
-    await a.release(E, A, held.term, grant=True)
+    await release(a, E, A, held.term, grant=True)
     await asyncio.sleep(0.01)  # a later stamp (milliseconds)
     await b_again.observe(E, B, TTL)  # B heard again (the member row) before its waiter read
     assert await b.wait_for_change(E, 0.5) is None
-    assert (await b.acquire_or_renew(E, B, ttl=TTL, timeout=5)).term == held.term + 1
+    assert (await ask(b, E, B, ttl=TTL, timeout=5)).term == held.term + 1
 
 
 async def test_members_of_an_older_leaderd_gain_the_campaigning_column(
@@ -150,7 +151,7 @@ async def test_members_of_an_older_leaderd_gain_the_campaigning_column(
             "heard_boottime REAL NOT NULL, PRIMARY KEY (election, node_id, instance))"
         )
     a = await opened()
-    assert (await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)).held_by(A)
+    assert (await ask(a, E, A, ttl=TTL, timeout=5)).held_by(A)
     with sqlite3.connect(tmp_path / "lease.db") as db:
         rows = db.execute("SELECT node_id, campaigning FROM leaderd_lease_members").fetchall()
     assert rows == [(A.node_id, 1)]

@@ -16,6 +16,7 @@ import pytest
 from leaderd.backends import BackendFatal, Candidate
 from leaderd.backends.sqlite.backend import SQLiteBackend
 from leaderd.backends.sqlite.proof import SUFFIX
+from tests.backend_calls import ask, release
 from tests.holder_lock import break_holder_lock
 
 from .conftest import ELECTIONS, LONG_TTL, SHORT_TTL, Opener
@@ -42,12 +43,12 @@ async def test_a_dead_holders_live_lease_is_taken_at_once_with_the_next_term(
     opened: Opener, tmp_path: Path
 ) -> None:
     a, b = await opened(tmp_path / DB), await opened(tmp_path / DB)
-    held = await a.acquire_or_renew(E, A, LONG_TTL, timeout=10)
+    held = await ask(a, E, A, LONG_TTL, timeout=10)
     assert proof_of(tmp_path / "leaderd.db") == f"{A.instance} {_inode(tmp_path)}"
     # Alive (or frozen: nothing runs in a between these calls): its lock stands.
-    assert not (await b.acquire_or_renew(E, B, LONG_TTL, timeout=10)).held_by(B)
+    assert not (await ask(b, E, B, LONG_TTL, timeout=10)).held_by(B)
     await a.close()  # the kernel closes a dead process's files
-    taken = await b.acquire_or_renew(E, B, LONG_TTL, timeout=10)  # takeover="": no ttl rule
+    taken = await ask(b, E, B, LONG_TTL, timeout=10)  # takeover="": no ttl rule
     assert taken.held_by(B) and taken.term == held.term + 1
     assert history(tmp_path / "leaderd.db")[-2:] == [
         (held.term, "node-a", "holder died"),
@@ -59,32 +60,32 @@ async def test_a_standby_waiting_for_a_change_wakes_when_the_holder_dies(
     opened: Opener, tmp_path: Path
 ) -> None:
     a, b = await opened(tmp_path / DB), await opened(tmp_path / DB)
-    await a.acquire_or_renew(E, A, LONG_TTL, timeout=10)
-    await b.acquire_or_renew(E, B, LONG_TTL, timeout=10)  # b sees a's lease and its proof
+    await ask(a, E, A, LONG_TTL, timeout=10)
+    await ask(b, E, B, LONG_TTL, timeout=10)  # b sees a's lease and its proof
     waiting = asyncio.create_task(b.wait_for_change(E, LONG_TTL))
     await asyncio.sleep(0.2)
     assert not waiting.done()  # a lives: no commit, no lapse, no wake
     await a.close()
     # No commit follows a's death: only its freed lock can end the wait before LONG_TTL.
     await asyncio.wait_for(waiting, LONG_TTL / 2)
-    assert (await b.acquire_or_renew(E, B, LONG_TTL, timeout=10)).held_by(B)
+    assert (await ask(b, E, B, LONG_TTL, timeout=10)).held_by(B)
 
 
 async def test_a_lease_taken_by_the_ttl_rule_without_the_lock_gives_no_shortcut(
     opened: Opener, tmp_path: Path
 ) -> None:
     a, b, c = await opened(tmp_path / DB), await opened(tmp_path / DB), await opened(tmp_path / DB)
-    first = await a.acquire_or_renew(E, A, SHORT_TTL, timeout=10)
+    first = await ask(a, E, A, SHORT_TTL, timeout=10)
     await asyncio.sleep(SHORT_TTL * 1.5)  # a is frozen past its lease, its lock still held
-    taken = await b.acquire_or_renew(E, B, LONG_TTL, timeout=10, takeover=first.version)
+    taken = await ask(b, E, B, LONG_TTL, timeout=10, takeover=first.version)
     assert taken.held_by(B) and proof_of(tmp_path / "leaderd.db") is None
     await a.close()  # a dies now: its lock is free, but b never recorded it
-    assert not (await c.acquire_or_renew(E, C, LONG_TTL, timeout=10)).held_by(C)
+    assert not (await ask(c, E, C, LONG_TTL, timeout=10)).held_by(C)
     # b's next renewal takes the free lock and records its own proof.
-    await b.acquire_or_renew(E, B, LONG_TTL, timeout=10)
+    await ask(b, E, B, LONG_TTL, timeout=10)
     assert proof_of(tmp_path / "leaderd.db") == f"{B.instance} {_inode(tmp_path)}"
     await b.close()
-    assert (await c.acquire_or_renew(E, C, LONG_TTL, timeout=10)).held_by(C)
+    assert (await ask(c, E, C, LONG_TTL, timeout=10)).held_by(C)
 
 
 @pytest.mark.parametrize("how", ["replaced", "deleted"])
@@ -92,12 +93,12 @@ async def test_a_lock_file_replaced_or_deleted_under_a_live_holder_proves_nothin
     opened: Opener, tmp_path: Path, how: str
 ) -> None:
     a = await opened(tmp_path / DB)
-    await a.acquire_or_renew(E, A, LONG_TTL, timeout=10)
+    await ask(a, E, A, LONG_TTL, timeout=10)
     break_holder_lock(tmp_path / "leaderd.db", how)
     c = await opened(tmp_path / DB)  # opens the new file: nobody holds a lock on it
-    assert not (await c.acquire_or_renew(E, C, LONG_TTL, timeout=10)).held_by(C)
+    assert not (await ask(c, E, C, LONG_TTL, timeout=10)).held_by(C)
     await a.close()  # even once a is gone: its proof names an inode c cannot lock
-    assert not (await c.acquire_or_renew(E, C, LONG_TTL, timeout=10)).held_by(C)
+    assert not (await ask(c, E, C, LONG_TTL, timeout=10)).held_by(C)
 
 
 @pytest.mark.parametrize("why", ["supervises a command", "crash_failover=ttl"])
@@ -111,10 +112,10 @@ async def test_a_daemon_on_the_ttl_rule_only_records_no_proof(
         a = SQLiteBackend.from_url(f"sqlite://{tmp_path}/leaderd.db?crash_failover=ttl")
         await a.open(ELECTIONS)
     b = await opened(tmp_path / DB)
-    await a.acquire_or_renew(E, A, LONG_TTL, timeout=10)
+    await ask(a, E, A, LONG_TTL, timeout=10)
     assert proof_of(tmp_path / "leaderd.db") is None
     await a.close()
-    assert not (await b.acquire_or_renew(E, B, LONG_TTL, timeout=10)).held_by(B)
+    assert not (await ask(b, E, B, LONG_TTL, timeout=10)).held_by(B)
 
 
 def test_crash_failover_is_proof_or_ttl(tmp_path: Path) -> None:
@@ -126,14 +127,14 @@ async def test_a_released_lease_carries_no_proof_and_frees_the_lock(
     opened: Opener, tmp_path: Path
 ) -> None:
     a, b, c = await opened(tmp_path / DB), await opened(tmp_path / DB), await opened(tmp_path / DB)
-    held = await a.acquire_or_renew(E, A, LONG_TTL, timeout=10)
-    await a.release(E, A, held.term)
+    held = await ask(a, E, A, LONG_TTL, timeout=10)
+    await release(a, E, A, held.term)
     assert proof_of(tmp_path / "leaderd.db") is None
-    assert (await b.acquire_or_renew(E, B, LONG_TTL, timeout=10)).held_by(B)
+    assert (await ask(b, E, B, LONG_TTL, timeout=10)).held_by(B)
     # a lives on, but let go of the lock: b could record its proof, and its death shows.
     assert proof_of(tmp_path / "leaderd.db") == f"{B.instance} {_inode(tmp_path)}"
     await b.close()
-    assert (await c.acquire_or_renew(E, C, LONG_TTL, timeout=10)).held_by(C)
+    assert (await ask(c, E, C, LONG_TTL, timeout=10)).held_by(C)
 
 
 async def test_the_lock_file_is_private_to_its_owner(opened: Opener, tmp_path: Path) -> None:
@@ -150,9 +151,9 @@ async def test_a_proof_written_under_another_boot_is_never_used(
     opened: Opener, tmp_path: Path
 ) -> None:
     a, b = await opened(tmp_path / DB), await opened(tmp_path / DB)
-    await a.acquire_or_renew(E, A, LONG_TTL, timeout=10)
+    await ask(a, E, A, LONG_TTL, timeout=10)
     await a.close()  # its lock is free; but the row now says another kernel wrote it
     with sqlite3.connect(tmp_path / DB) as conn:
         conn.execute("UPDATE leaderd_lease SET boot_id = 'another-kernel' WHERE election = ?", (E,))
     # Another kernel's locks are not this kernel's: only the one-ttl rule may take it.
-    assert not (await b.acquire_or_renew(E, B, LONG_TTL, timeout=10)).held_by(B)
+    assert not (await ask(b, E, B, LONG_TTL, timeout=10)).held_by(B)

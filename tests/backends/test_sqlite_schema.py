@@ -10,6 +10,7 @@ from leaderd.backends.sqlite.backend import SQLiteBackend
 from leaderd.backends.sqlite.host import boot_id
 from leaderd.backends.sqlite.schema import SCHEMA_VERSION
 from leaderd.clock import boottime
+from tests.backend_calls import ask, release
 
 from .conftest import ELECTIONS, LONG_TTL
 
@@ -39,11 +40,11 @@ async def test_a_schema_2_file_gains_the_reservation_columns_and_keeps_its_terms
         for backend in backends:
             await backend.open(ELECTIONS)
         a, b, c = backends
-        mine = await a.acquire_or_renew(E, A, LONG_TTL, timeout=10)
+        mine = await ask(a, E, A, LONG_TTL, timeout=10)
         assert mine.held_by(A) and mine.term == 8  # the old file's term, plus one
-        await a.release(E, A, mine.term, reserve_for=C.node_id, ttl=LONG_TTL)
-        assert not (await b.acquire_or_renew(E, B, LONG_TTL, timeout=10)).held_by(B)
-        assert (await c.acquire_or_renew(E, C, LONG_TTL, timeout=10)).term == 9
+        await release(a, E, A, mine.term, reserve_for=C.node_id, ttl=LONG_TTL)
+        assert not (await ask(b, E, B, LONG_TTL, timeout=10)).held_by(B)
+        assert (await ask(c, E, C, LONG_TTL, timeout=10)).term == 9
     finally:
         for backend in backends:
             await backend.close()
@@ -75,7 +76,7 @@ async def test_a_lease_live_while_upgrading_to_schema_4_is_waited_out(tmp_path: 
     b = SQLiteBackend.from_url(f"sqlite://{path}")
     try:
         await b.open(ELECTIONS)
-        assert not (await b.acquire_or_renew(E, B, LONG_TTL, timeout=10)).held_by(B)
+        assert not (await ask(b, E, B, LONG_TTL, timeout=10)).held_by(B)
     finally:
         await b.close()
     with sqlite3.connect(path) as conn:

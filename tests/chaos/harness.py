@@ -26,7 +26,7 @@ from typing import Any
 
 import asyncpg
 
-from leaderd.containment import children
+from leaderd.supervision.containment import children
 from tests.daemons import Daemon, short_tempdir
 from tests.pgserver import FakeTimeServer, PgServer
 

@@ -11,7 +11,7 @@ _STATEMENTS = (
     ("listen", (b"LISTEN ",)),
     # The lease row's release (its successor CTE) and the advisory lock's (an UPDATE that
     # clears the holder, or the unlock itself).
-    ("release", (b"successor AS MATERIALIZED", b"holder = NULL", b"pg_advisory_unlock")),
+    ("release", (b"heir AS MATERIALIZED", b"holder = NULL", b"pg_advisory_unlock")),
     # The lease row's compare-and-set (acquire and renew), the advisory lock (or its try)
     # and its row.
     ("acquire", (b"WITH prev AS", b"advisory_lock(", b"ON CONFLICT (election) DO UPDATE")),

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import sys
 
-from leaderd import election_state
-from leaderd.cli import main
+from leaderd.election import state as election_state
+from leaderd.startup.cli import main
 
 
 def _leading_unfenced(self: election_state.ElectionState, now: float) -> bool:

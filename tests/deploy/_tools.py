@@ -87,7 +87,7 @@ def project_version() -> str:
 
 def default_shutdown_timeout() -> float:
     """The daemon's default shutdown_timeout, as its configuration loader computes it."""
-    from leaderd.config import load
+    from leaderd.startup.config import load
 
     empty = ROOT / "packaging" / "leaderd.toml"  # every line commented: all defaults
     return load({}, env={}, file=str(empty)).shutdown_timeout

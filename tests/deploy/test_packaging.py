@@ -86,7 +86,7 @@ def test_deb_contents(deb: Path) -> None:
     expected = {
         "/usr/bin/leaderd",
         "/usr/lib/python3/dist-packages/leaderd/__init__.py",
-        "/usr/lib/python3/dist-packages/leaderd/cli.py",
+        "/usr/lib/python3/dist-packages/leaderd/startup/cli.py",
         "/usr/lib/python3/dist-packages/leaderd/openapi.json",
         "/usr/lib/python3/dist-packages/leaderd/config.schema.json",
         f"/usr/lib/python3/dist-packages/leaderd-{project_version()}.dist-info/METADATA",

@@ -152,7 +152,7 @@ def test_man_page_is_generated_from_the_parser_and_reads_cleanly() -> None:
     page = ROOT / "packaging" / "leaderd.8"
     done = run([sys.executable, ROOT / "packaging" / "manpage.py"])
     assert done.stdout == page.read_text(), "run: python packaging/manpage.py > " + str(page)
-    from leaderd.options import DAEMON_OPTIONS
+    from leaderd.startup.options import DAEMON_OPTIONS
 
     for flags, _ in DAEMON_OPTIONS:
         assert flags[-1].replace("-", "\\-") in done.stdout, flags
@@ -215,8 +215,8 @@ def test_example_config_documents_every_setting() -> None:
     import dataclasses
     import tomllib
 
-    from leaderd.config import Config
-    from leaderd.timing import Timing
+    from leaderd.election.timing import Timing
+    from leaderd.startup.config import Config
 
     data = tomllib.loads(uncommented(EXAMPLE.read_text()))
     internal = {"elections", "config_file", "state_dir"}
@@ -255,7 +255,7 @@ def test_deployment_docs_give_each_units_score(unit_dir: Path) -> None:
 
 def test_example_config_states_the_kill_grace_rule_of_the_code() -> None:
     """It said `ttl - renew_interval` and left out clock_drift and safety_margin."""
-    from leaderd.timing import Timing
+    from leaderd.election.timing import Timing
 
     text = " ".join(EXAMPLE.read_text().replace("#", " ").split())
     assert "ttl * (1 - clock_drift) - safety_margin - renew_interval" in text

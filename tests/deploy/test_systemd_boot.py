@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from leaderd.backends import Candidate, backend_from_url
+from tests.backend_calls import ask
 
 from ._tools import ROOT, require, run, source_copy
 
@@ -40,7 +41,7 @@ BOOT = Path(__file__).with_name("boot-systemd.sh")
 LAUNCHER = """#!/usr/bin/python3 -s
 import sys
 sys.path.insert(0, "/opt/leaderd/site")
-from leaderd.cli import main
+from leaderd.startup.cli import main
 sys.exit(main())
 """
 
@@ -117,7 +118,7 @@ async def _hold_leases(url: str) -> None:
     await backend.open(elections)
     try:
         for election in elections:
-            lease = await backend.acquire_or_renew(election, holder, 3600, timeout=30)
+            lease = await ask(backend, election, holder, 3600, timeout=30)
             assert lease.held_by(holder), lease
     finally:
         await backend.close()

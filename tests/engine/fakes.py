@@ -15,6 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from leaderd.backends.asks import Ask, Heir, Release
 from leaderd.backends.base import (
     Backend,
     BackendUnavailable,
@@ -170,7 +171,7 @@ class LeaseStore:
         term: int,
         reserve_for: str = "",
         ttl: float = 0,
-        grant: bool = False,
+        heir: Heir | None = None,
     ) -> None:
         row = self.rows.setdefault(election, Row())
         mine = row.holder == candidate.node_id and row.instance == candidate.instance
@@ -178,18 +179,18 @@ class LeaseStore:
             row.holder, row.instance, row.address, row.acquired_at = None, "", "", None
             row.reserved_for, row.reserved_until = reserve_for, self.clock.now() + ttl
             row.version += 1
-            if grant and not reserve_for:
-                self._grant(election, row, candidate.node_id)
+            if heir is not None and not reserve_for:
+                self._grant(election, row, heir)
             self._wake()
 
-    def _grant(self, election: str, row: Row, releasing: str) -> None:
-        """base.py's grant: the freshest campaigning member of another node id, heard
-        within half its ttl, gets term + 1 until its ttl after it was heard."""
+    def _grant(self, election: str, row: Row, heir: Heir) -> None:
+        """base.py's grant: the freshest campaigning member ``heir`` allows gets term + 1
+        until its ttl after it was heard."""
         wall = self.clock.wall()
         live = [
             (at, node, instance, ttl)
             for (node, instance), (at, campaigning, ttl) in self.heard.items()
-            if campaigning and node != releasing and (wall - at).total_seconds() < ttl / 2
+            if campaigning and heir.may_inherit(node, (wall - at).total_seconds(), ttl)
         ]
         if not live:
             return
@@ -305,19 +306,10 @@ class RecordingBackend(Backend):
         return heard_in(dataclasses.replace(lease, members=self.store.hear(candidate, False, ttl)),
                         candidate)  # fmt: skip
 
-    async def acquire_or_renew(
-        self,
-        election: str,
-        candidate: Candidate,
-        ttl: float,
-        timeout: float,
-        wait: float = 0.0,
-        *,
-        takeover: str = "",
-        min_term: int = 0,
-        lost_term: int = 0,
-    ) -> Lease:
-        self.lost_terms.append(lost_term)
+    async def acquire_or_renew(self, ask: Ask) -> Lease:
+        election, candidate, ttl, timeout = ask.election, ask.candidate, ask.ttl, ask.timeout
+        takeover, min_term = ask.takeover, ask.min_term
+        self.lost_terms.append(ask.lost_term)
         self._enter("acquire_or_renew", election, candidate.node_id, ttl, timeout)
         self.takeovers.append(takeover)
         if self.script.cached:
@@ -344,36 +336,27 @@ class RecordingBackend(Backend):
         return heard_in(dataclasses.replace(lease, members=self.store.hear(candidate, True, ttl)),
                         candidate)  # fmt: skip
 
-    async def release(
-        self,
-        election: str,
-        candidate: Candidate,
-        term: int,
-        reason: EndReason = EndReason.RELEASED,
-        *,
-        reserve_for: str = "",
-        ttl: float = 0.0,
-        grant: bool = False,
-        version: str = "",
-    ) -> None:
-        self.reasons.append(reason)
-        self.release_versions.append(version)
+    async def release(self, release: Release) -> None:
+        election, candidate, term = release.election, release.candidate, release.term
+        reserve_for = release.reserve_for
+        self.reasons.append(release.reason)
+        self.release_versions.append(release.version)
         self._enter(
             "release", election, candidate.node_id, term, *[reserve_for][: bool(reserve_for)]
         )
-        grant = grant and self.granting
+        heir = release.heir if self.granting else None
         if self.script.release_lands_at is not None:
             at, self.script.release_lands_at = self.script.release_lands_at, None
-            self._late.add(asyncio.ensure_future(self._land(at, election, candidate, term, grant)))
+            self._late.add(asyncio.ensure_future(self._land(at, election, candidate, term, heir)))
             await asyncio.Event().wait()  # no answer: the caller gives up
         await self._hang(None)
-        self.store.release(election, candidate, term, reserve_for, ttl, grant)
+        self.store.release(election, candidate, term, reserve_for, release.ttl, heir)
 
     async def _land(
-        self, at: float, election: str, candidate: Candidate, term: int, grant: bool
+        self, at: float, election: str, candidate: Candidate, term: int, heir: Heir | None
     ) -> None:
         await self.store.clock.sleep_until(at)
-        self.store.release(election, candidate, term, grant=grant)
+        self.store.release(election, candidate, term, heir=heir)
 
     async def history(self, election: str, limit: int) -> list[Tenure]:
         self._record("history", (election, limit))

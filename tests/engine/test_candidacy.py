@@ -11,8 +11,9 @@ import pytest
 
 from leaderd.backends.base import Candidate
 from leaderd.backends.records import Member
-from leaderd.candidacy import barred, hands_over, heirs
-from leaderd.election_state import MIN_DELAY
+from leaderd.election.candidacy import barred, hands_over, heirs
+from leaderd.election.heir import heir_of
+from leaderd.election.state import MIN_DELAY
 
 from .test_rules import ME, Node, free, held, leading
 
@@ -42,9 +43,9 @@ def test_heirs_are_healthy_fresh_campaigning_others_by_priority_then_freshness()
         member("silent", priority=9, ago=7.5),  # half of its 15 s ttl ago
         member(ME.node_id, priority=9),
     ]
-    assert [m.node_id for m in heirs(listed, ME, elapsed=0.0)] == ["d", "c", "b"]
+    assert [m.node_id for m in heirs(listed, heir_of(ME), elapsed=0.0)] == ["d", "c", "b"]
     # As the answer ages, members heard near the window's edge drop out.
-    assert [m.node_id for m in heirs(listed, ME, elapsed=5.0)] == ["d", "b"]
+    assert [m.node_id for m in heirs(listed, heir_of(ME), elapsed=5.0)] == ["d", "b"]
 
 
 @pytest.mark.parametrize(

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from leaderd.backends.asks import Ask
 from leaderd.backends.base import Candidate, Lease, LeaseLost
 from leaderd.backends.static import StaticBackend
-from leaderd.engine import Election
-from leaderd.status import ElectionStatus, Role
-from leaderd.timing import Timing, TimingError
+from leaderd.election.engine import Election
+from leaderd.election.status import ElectionStatus, Role
+from leaderd.election.timing import Timing, TimingError
 
 from .fakes import FakeClock, LeaseStore, RealClock, RecordingBackend
 
@@ -991,25 +992,12 @@ class StuckBackend(RecordingBackend):
 
     stuck = False
 
-    async def acquire_or_renew(
-        self,
-        election: str,
-        candidate: Candidate,
-        ttl: float,
-        timeout: float,
-        wait: float = 0.0,
-        *,
-        takeover: str = "",
-        min_term: int = 0,
-        lost_term: int = 0,
-    ) -> Lease:
+    async def acquire_or_renew(self, ask: Ask) -> Lease:
         if self.stuck:
-            self._record("acquire_or_renew", (election, candidate.node_id, ttl, timeout))
+            self._record("acquire_or_renew", (ask.election, ask.candidate.node_id, ask.ttl,
+                                              ask.timeout))  # fmt: skip
             await asyncio.Event().wait()
-        return await super().acquire_or_renew(
-            election, candidate, ttl, timeout, wait,
-            takeover=takeover, min_term=min_term, lost_term=lost_term,
-        )  # fmt: skip
+        return await super().acquire_or_renew(ask)
 
 
 async def test_watchers_hear_a_follower_fail_closed_while_its_request_is_in_flight() -> None:

@@ -11,9 +11,9 @@ import datetime as dt
 import pytest
 
 from leaderd.backends.base import Candidate, Grant, Lease
-from leaderd.election_state import ElectionState
-from leaderd.engine import Election
-from leaderd.timing import Timing
+from leaderd.election.engine import Election
+from leaderd.election.state import ElectionState
+from leaderd.election.timing import Timing
 
 from .fakes import LeaseStore, RealClock, RecordingBackend
 from .test_engine import FAST, A, B, until

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from leaderd.backends.base import Grant
-from leaderd.engine import Election
+from leaderd.election.engine import Election
 
 from .fakes import FakeClock, LeaseStore, RecordingBackend
 from .test_engine import TIMING, A, B, C

@@ -8,7 +8,7 @@ import asyncio
 import datetime as dt
 
 from leaderd.backends.records import EndReason, Member
-from leaderd.members import MemberRole, members_of
+from leaderd.election.members import MemberRole, members_of
 
 from .fakes import LeaseStore, RealClock
 from .test_engine import TIMING, WINDOW, A, B, World, fast_node, until

@@ -8,10 +8,10 @@ import asyncio
 import dataclasses
 
 from leaderd.backends.base import Candidate, Lease
-from leaderd.election_state import ElectionState
-from leaderd.engine import Election
-from leaderd.release_doubt import version_of
-from leaderd.status import ElectionStatus, Role
+from leaderd.election.engine import Election
+from leaderd.election.release_doubt import version_of
+from leaderd.election.state import ElectionState
+from leaderd.election.status import ElectionStatus, Role
 
 from .fakes import LeaseStore, RealClock, RecordingBackend
 from .test_engine import FAST, A, B, until
@@ -51,7 +51,7 @@ def test_the_doubt_ends_once_an_answer_shows_the_term_over() -> None:
         s, t = resigned_in_doubt()
         s.on_lease(over, s.request(t), t, t)
         assert s.in_doubt.term is None
-        assert s.request(t).campaigning and s.request(t).min_term == over.term + 1
+        assert s.request(t).campaigning and s.request(t).ask.min_term == over.term + 1
 
 
 def test_an_expired_looking_answer_naming_the_term_keeps_the_doubt_and_releases_again() -> None:

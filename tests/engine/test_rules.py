@@ -9,10 +9,10 @@ from collections.abc import Callable
 import pytest
 
 from leaderd.backends.base import BackendUnavailable, Candidate, Lease, LeaseLost
-from leaderd.election_state import MIN_DELAY, ElectionState
-from leaderd.election_values import Request
-from leaderd.status import Role
-from leaderd.timing import Timing
+from leaderd.election.state import MIN_DELAY, ElectionState
+from leaderd.election.status import Role
+from leaderd.election.timing import Timing
+from leaderd.election.values import Request
 
 T = Timing(ttl=15, renew_interval=5, retry_interval=2, clock_drift=0.01, safety_margin=0.2)
 ME = Candidate("node-a", "10.0.0.1:8080")
@@ -105,13 +105,13 @@ def row4(n: Node) -> None:
     n.answer(held(X, 1, expires_in=3))
     n.at(3)
     assert (n.role(), n.leader()) == (Role.FOLLOWER, None)
-    assert n.s.request(n.t).takeover == ""  # seen for 3 s only
+    assert n.s.request(n.t).ask.takeover == ""  # seen for 3 s only
 
 
 def row5(n: Node) -> None:
     n.answer(held(X, 1, version="7", expires_in=1))
     n.at(T.ttl)
-    assert n.s.request(n.t).takeover == "7"
+    assert n.s.request(n.t).ask.takeover == "7"
     n.answer(held(ME, 2))
     assert (n.role(), n.s.view(n.t).term) == (Role.LEADER, 2)
 
@@ -120,9 +120,9 @@ def row6(n: Node) -> None:
     n.answer(held(X, 1, version="7"))
     n.at(10).answer(held(X, 1, version="8"))
     n.at(10)
-    assert n.s.request(n.t).takeover == ""  # "8" was first seen 10 s ago
+    assert n.s.request(n.t).ask.takeover == ""  # "8" was first seen 10 s ago
     n.at(5)
-    assert n.s.request(n.t).takeover == "8"
+    assert n.s.request(n.t).ask.takeover == "8"
 
 
 def row7(n: Node) -> None:
@@ -136,7 +136,7 @@ def row7(n: Node) -> None:
 def row8(n: Node) -> None:
     n.answer(held(X, 1))
     n.at(1).answer(free(1))
-    assert n.s.request(n.t).min_term == 2
+    assert n.s.request(n.t).ask.min_term == 2
     n.answer(held(ME, 2))
     assert (n.role(), n.s.view(n.t).term) == (Role.LEADER, 2)
 
@@ -212,7 +212,7 @@ def row16(n: Node) -> None:
     n.answer(held(ME, 3))  # a backend that lost writes grants a term already seen
     assert n.role() is not Role.LEADER and n.s.terms_refused == 1
     assert [note.event for note in n.notes] == ["term_refused"]
-    assert n.s.term_to_release() == 3 and n.s.request(n.t).min_term == 6
+    assert n.s.term_to_release() == 3 and n.s.request(n.t).ask.min_term == 6
 
 
 def row17(n: Node) -> None:
@@ -241,7 +241,7 @@ def row19(n: Node) -> None:
     view = n.s.view(n.t)
     assert (view.role, view.leader) == (Role.FOLLOWER, None)
     assert view.why == "the lease is reserved for node-x (a hand-over)"
-    assert delay == T.retry_interval and n.s.watched is None and n.s.request(n.t).takeover == ""
+    assert delay == T.retry_interval and n.s.watched is None and n.s.request(n.t).ask.takeover == ""
     # Asked again the moment the reservation ends, not after a free lease's renew_interval.
     assert n.at(2).answer(reserved(4, X, reserved_in=0.7)) == pytest.approx(0.7)
     # Reserved for this very node: free to it, like row 8.

@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 from leaderd.backends import Backend, BackendUnavailable, Candidate, backend_from_url
+from tests.backend_calls import ask, release
 from tests.etcd.cluster import EtcdCluster, free_port
 
 A, B = Candidate("node-a"), Candidate("node-b")
@@ -41,7 +42,7 @@ async def test_a_dead_endpoint_is_skipped_and_named_when_all_are_dead(
     dead = f"127.0.0.1:{free_port()}"
     hosts = ",".join([dead, *(m.hostport for m in etcd.members)])
     backend = await new(f"etcd://{hosts}/?prefix={new.prefix}")
-    assert (await backend.acquire_or_renew(E, A, TTL, timeout=5)).held_by(A)
+    assert (await ask(backend, E, A, TTL, timeout=5)).held_by(A)
     with pytest.raises(BackendUnavailable) as caught:
         await new(f"etcd://{dead}/?prefix={new.prefix}")
     assert str(caught.value) == f"reading the elections: {dead}: connection refused"
@@ -51,32 +52,32 @@ async def test_without_quorum_requests_fail_in_one_line_and_the_lease_survives(
     etcd: EtcdCluster, new: Opener
 ) -> None:
     backend = await new()
-    mine = await backend.acquire_or_renew(E, A, TTL, timeout=5)
+    mine = await ask(backend, E, A, TTL, timeout=5)
     for member in etcd.members[1:]:
         etcd.stop(member)
     with pytest.raises(BackendUnavailable) as caught:
-        await backend.acquire_or_renew(E, A, TTL, timeout=1.5)
+        await ask(backend, E, A, TTL, timeout=1.5)
     message = str(caught.value)
     print(f"\nno quorum: {message}")
     assert "\n" not in message and etcd.members[0].hostport in message
     assert "timed out" in message or "no leader" in message
     etcd.ensure_running()
-    again = await backend.acquire_or_renew(E, A, TTL, timeout=10)
+    again = await ask(backend, E, A, TTL, timeout=10)
     assert again.held_by(A) and again.term == mine.term  # etcd kept the lease alive meanwhile
-    await backend.release(E, A, again.term)
-    assert (await (await new()).acquire_or_renew(E, B, TTL, timeout=5)).term == mine.term + 1
+    await release(backend, E, A, again.term)
+    assert (await ask(await new(), E, B, TTL, timeout=5)).term == mine.term + 1
 
 
 async def test_terms_survive_a_restart_of_every_member(etcd: EtcdCluster, new: Opener) -> None:
     backend = await new()
-    first = await backend.acquire_or_renew(E, A, TTL, timeout=5)
-    await backend.release(E, A, first.term)
+    first = await ask(backend, E, A, TTL, timeout=5)
+    await release(backend, E, A, first.term)
     for member in etcd.members:
         etcd.stop(member)
     etcd.ensure_running()
     after = await new()
     assert (await after.observe(E)).term == first.term
-    assert (await after.acquire_or_renew(E, B, TTL, timeout=10)).term == first.term + 1
+    assert (await ask(after, E, B, TTL, timeout=10)).term == first.term + 1
 
 
 async def test_a_compacted_watch_revision_is_said_and_wakes_the_standby(
@@ -92,8 +93,8 @@ async def test_a_compacted_watch_revision_is_said_and_wakes_the_standby(
     await asyncio.sleep(0.3)  # the watch is up
     etcd.stop(only)
     for _ in range(3):
-        lease = await holder.acquire_or_renew(E, A, TTL, timeout=5)
-        await holder.release(E, A, lease.term)
+        lease = await ask(holder, E, A, TTL, timeout=5)
+        await release(holder, E, A, lease.term)
     revision = etcd.post(etcd.members[1], "/v3/kv/range", {"key": "AA=="})["header"]["revision"]
     etcd.post(etcd.members[1], "/v3/kv/compaction", {"revision": revision, "physical": True})
     caplog.set_level(logging.WARNING, logger="leaderd.backends.etcd")
@@ -103,4 +104,4 @@ async def test_a_compacted_watch_revision_is_said_and_wakes_the_standby(
     print(f"\nwoken {time.monotonic() - restarted:.2f} s after the member restarted")
     compacted = [r.getMessage() for r in caplog.records if "compacted" in r.getMessage()]
     assert len(compacted) == 1 and "\n" not in compacted[0], caplog.text
-    assert (await standby.acquire_or_renew(E, B, TTL, timeout=5)).held_by(B)
+    assert (await ask(standby, E, B, TTL, timeout=5)).held_by(B)

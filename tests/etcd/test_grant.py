@@ -13,6 +13,7 @@ import uuid
 import pytest
 
 from leaderd.backends import Backend, BackendError, Candidate, backend_from_url
+from tests.backend_calls import ask, release
 from tests.etcd.cluster import EtcdCluster
 from tests.grants import heard, wait_grant
 
@@ -50,21 +51,21 @@ def cluster(etcd: EtcdCluster, opened: list[Backend]) -> Cluster:
 async def stand(backend: Backend, who: Candidate, ttl: float = TTL) -> dt.datetime:
     """Two follower rounds: the first grants a spare, the second offers it. The heartbeat
     of the first, which the spare's expiry counts from."""
-    first = heard(await backend.acquire_or_renew(E, who, ttl=ttl, timeout=5), who)
-    await backend.acquire_or_renew(E, who, ttl=ttl, timeout=5)
+    first = heard(await ask(backend, E, who, ttl=ttl, timeout=5), who)
+    await ask(backend, E, who, ttl=ttl, timeout=5)
     return first
 
 
 async def test_a_release_grants_the_freshest_candidate_the_next_term(cluster: Cluster) -> None:
     a, b, c = await cluster.open(), await cluster.open(), await cluster.open()
-    held = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
+    held = await ask(a, E, A, ttl=TTL, timeout=5)
     await stand(c, C)
-    await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)  # the leader's renewal reads the offers
+    await ask(a, E, A, ttl=TTL, timeout=5)  # the leader's renewal reads the offers
     await asyncio.sleep(0.2)
     b_kept = await stand(b, B)  # the freshest, as the leader's next renewal sees it
     assert cluster.offer(B) is not None
-    await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
-    await a.release(E, A, held.term, grant=True, ttl=TTL)
+    await ask(a, E, A, ttl=TTL, timeout=5)
+    await release(a, E, A, held.term, grant=True, ttl=TTL)
     grant = await wait_grant(b, E)
     assert grant.heard_at == b_kept and grant.lease.held_by(B)
     assert grant.lease.term == held.term + 1
@@ -73,7 +74,7 @@ async def test_a_release_grants_the_freshest_candidate_the_next_term(cluster: Cl
     seen = await c.observe(E)
     assert seen.holder == B.node_id and seen.term == held.term + 1
     # B's own renewal keeps the granted term on the same lease; history tells the hand-over.
-    renewed = await b.acquire_or_renew(E, B, ttl=TTL, timeout=5)
+    renewed = await ask(b, E, B, ttl=TTL, timeout=5)
     assert renewed.held_by(B) and renewed.term == grant.lease.term
     assert await b.wait_for_change(E, 0.3) is None  # told once
     records = await c.history(E, 10)
@@ -90,13 +91,13 @@ async def test_a_follower_names_the_successor_from_the_watch_event_then_reads_ag
     holder in its next round without a request: it answers with every etcd member frozen.
     Once: the round after reads again, and fails while etcd cannot answer (rule 5)."""
     a, b, c = await cluster.open(), await cluster.open(), await cluster.open()
-    held = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
+    held = await ask(a, E, A, ttl=TTL, timeout=5)
     await stand(c, C)
     await stand(b, B)
-    await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)  # the leader reads the offers
+    await ask(a, E, A, ttl=TTL, timeout=5)  # the leader reads the offers
     waiting = asyncio.create_task(c.wait_for_change(E, 3.0))
     await asyncio.sleep(0.1)
-    await a.release(E, A, held.term, grant=True, ttl=TTL)
+    await release(a, E, A, held.term, grant=True, ttl=TTL)
     assert await waiting is None  # a change, not a grant: B is the freshest
     await wait_grant(b, E)
     members = cluster.etcd.members
@@ -104,11 +105,11 @@ async def test_a_follower_names_the_successor_from_the_watch_event_then_reads_ag
         cluster.etcd.pause(member)
     try:
         async with asyncio.timeout(1):
-            named = await c.acquire_or_renew(E, C, ttl=TTL, timeout=2)
+            named = await ask(c, E, C, ttl=TTL, timeout=2)
         assert named.holder == B.node_id and named.term == held.term + 1
         with pytest.raises((BackendError, TimeoutError)):
             async with asyncio.timeout(2):
-                await c.acquire_or_renew(E, C, ttl=TTL, timeout=1)
+                await ask(c, E, C, ttl=TTL, timeout=1)
     finally:
         for member in members:
             cluster.etcd.resume(member)
@@ -116,30 +117,30 @@ async def test_a_follower_names_the_successor_from_the_watch_event_then_reads_ag
 
 async def test_a_released_grant_frees_the_lease_and_terms_go_on(cluster: Cluster) -> None:
     a, b = await cluster.open(), await cluster.open()
-    held = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
+    held = await ask(a, E, A, ttl=TTL, timeout=5)
     await stand(b, B)
-    await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
-    await a.release(E, A, held.term, grant=True, ttl=TTL)
+    await ask(a, E, A, ttl=TTL, timeout=5)
+    await release(a, E, A, held.term, grant=True, ttl=TTL)
     grant = await wait_grant(b, E)
-    await b.release(E, B, grant.lease.term)
-    again = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5, min_term=grant.lease.term + 1)
+    await release(b, E, B, grant.lease.term)
+    again = await ask(a, E, A, ttl=TTL, timeout=5, min_term=grant.lease.term + 1)
     assert again.held_by(A) and again.term == grant.lease.term + 1
 
 
 async def test_no_grant_to_a_withdrawn_stale_or_twin_candidate(cluster: Cluster) -> None:
     a, b, c, d = [await cluster.open() for _ in range(4)]
     twin = Candidate(A.node_id, A.address)  # the same node id, another process
-    held = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
+    held = await ask(a, E, A, ttl=TTL, timeout=5)
     await stand(b, B)
-    await stand(c, C, ttl=30.0)  # its spare outlives the test
+    await stand(c, C, ttl=8.0)  # its spare outlives the test, not half its ttl of silence
     await stand(d, twin)
-    for _ in range(5):  # C, silent for a ttl of the leader's, goes stale; the others do not
+    for _ in range(5):  # C, silent for over half its own ttl, goes stale; the others do not
         await asyncio.sleep(TTL / 4)
         await b.observe(E, B, TTL)  # cooling down: heard, not campaigning
-        await d.acquire_or_renew(E, twin, ttl=TTL, timeout=5)
-        await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
+        await ask(d, E, twin, ttl=TTL, timeout=5)
+        await ask(a, E, A, ttl=TTL, timeout=5)
     assert cluster.offer(B) is None and cluster.offer(C) and cluster.offer(twin)
-    await a.release(E, A, held.term, grant=True, ttl=TTL)
+    await release(a, E, A, held.term, grant=True, ttl=TTL)
     released = await b.observe(E)
     assert released.holder is None and released.term == held.term
 
@@ -148,35 +149,35 @@ async def test_no_grant_to_a_candidate_that_withdrew_after_the_leader_read(
     cluster: Cluster,
 ) -> None:
     a, b = await cluster.open(), await cluster.open()
-    held = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
+    held = await ask(a, E, A, ttl=TTL, timeout=5)
     await stand(b, B)
-    await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)  # the leader reads B's offer
+    await ask(a, E, A, ttl=TTL, timeout=5)  # the leader reads B's offer
     await b.observe(E, B, TTL)  # a stopping standby's last heartbeat withdraws it
-    await a.release(E, A, held.term, grant=True, ttl=TTL)
+    await release(a, E, A, held.term, grant=True, ttl=TTL)
     released = await b.observe(E)
     assert released.holder is None and released.term == held.term
 
 
 async def test_a_candidate_whose_spare_is_gone_is_not_granted(cluster: Cluster) -> None:
     a, b = await cluster.open(), await cluster.open()
-    held = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
+    held = await ask(a, E, A, ttl=TTL, timeout=5)
     await stand(b, B)
-    await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
+    await ask(a, E, A, ttl=TTL, timeout=5)
     offer = cluster.offer(B)
     assert offer is not None
     cluster.etcd.etcdctl("lease", "revoke", format(int(offer["lease"]), "x"))
-    await a.release(E, A, held.term, grant=True, ttl=TTL)
+    await release(a, E, A, held.term, grant=True, ttl=TTL)
     released = await a.observe(E)
     assert released.holder is None and released.term == held.term
-    taken = await b.acquire_or_renew(E, B, ttl=TTL, timeout=5)  # B grants itself a new spare
+    taken = await ask(b, E, B, ttl=TTL, timeout=5)  # B grants itself a new spare
     assert taken.held_by(B) and taken.term == held.term + 1
 
 
 async def test_a_release_with_a_reservation_grants_nothing(cluster: Cluster) -> None:
     a, b = await cluster.open(), await cluster.open()
-    held = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
+    held = await ask(a, E, A, ttl=TTL, timeout=5)
     await stand(b, B)
-    await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
-    await a.release(E, A, held.term, reserve_for=C.node_id, ttl=TTL, grant=True)
+    await ask(a, E, A, ttl=TTL, timeout=5)
+    await release(a, E, A, held.term, reserve_for=C.node_id, ttl=TTL, grant=True)
     reserved = await b.observe(E)
     assert reserved.holder is None and reserved.reserved_for == C.node_id

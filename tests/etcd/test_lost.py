@@ -16,6 +16,7 @@ import base64
 
 from leaderd.backends import Backend, Candidate
 from leaderd.backends.base import LeaseLost
+from tests.backend_calls import ask, release
 from tests.etcd.test_grant import Cluster, stand
 from tests.etcd.test_grant import cluster as cluster  # the fixture
 from tests.grants import wait_grant
@@ -62,24 +63,24 @@ def delete(cluster: Cluster) -> None:
 
 async def test_a_revoked_lease_is_lost_at_the_watch_event(cluster: Cluster) -> None:
     a = await cluster.open()
-    held = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
+    held = await ask(a, E, A, ttl=TTL, timeout=5)
     revoke(cluster)
     said = str(await lost(a))
     assert said.startswith("etcd deleted the leader key at revision ")
     assert "its lease was revoked" in said
     await changes_only(a, 0.3)  # told once
-    again = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
+    again = await ask(a, E, A, ttl=TTL, timeout=5)
     assert again.held_by(A) and again.term == held.term + 1
 
 
 async def test_a_granted_key_deleted_by_hand_is_lost_at_the_watch_event(cluster: Cluster) -> None:
-    """The grantee's hold came from a watch event, not an answer of its own: its key is
+    """The heir's hold came from a watch event, not an answer of its own: its key is
     watched from then on too."""
     a, b = await cluster.open(), await cluster.open()
-    held = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
+    held = await ask(a, E, A, ttl=TTL, timeout=5)
     await stand(b, B)
-    await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)  # the leader reads the offer
-    await a.release(E, A, held.term, grant=True, ttl=TTL)
+    await ask(a, E, A, ttl=TTL, timeout=5)  # the leader reads the offer
+    await release(a, E, A, held.term, grant=True, ttl=TTL)
     assert (await wait_grant(b, E)).lease.held_by(B)
     await changes_only(a, 0.3)  # the granter released: nothing to lose
     delete(cluster)
@@ -88,8 +89,8 @@ async def test_a_granted_key_deleted_by_hand_is_lost_at_the_watch_event(cluster:
 
 async def test_a_standby_hears_a_deleted_key_as_a_change(cluster: Cluster) -> None:
     a, b = await cluster.open(), await cluster.open()
-    await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
-    assert not (await b.acquire_or_renew(E, B, ttl=TTL, timeout=5)).held_by(B)
+    await ask(a, E, A, ttl=TTL, timeout=5)
+    assert not (await ask(b, E, B, ttl=TTL, timeout=5)).held_by(B)
     revoke(cluster)
     await changes_only(b, 1.0)
     assert (await b.observe(E)).holder is None
@@ -99,15 +100,15 @@ async def test_a_stale_holder_cannot_delete_the_key_it_granted(cluster: Cluster)
     """A grant's put keeps the key's create revision: a release conditioned on it would
     delete the successor's key. The release is conditioned on the mod revision."""
     a, b = await cluster.open(), await cluster.open()
-    held = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
+    held = await ask(a, E, A, ttl=TTL, timeout=5)
     await stand(b, B)
-    await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
+    await ask(a, E, A, ttl=TTL, timeout=5)
     before = dict(a._states)  # type: ignore[attr-defined]
-    await a.release(E, A, held.term, grant=True, ttl=TTL)
+    await release(a, E, A, held.term, grant=True, ttl=TTL)
     assert (await wait_grant(b, E)).lease.held_by(B)
     granted = leader_key(cluster)
     # As if the grant's answer had been lost: A still believes it holds the key.
     a._states.update(before)  # type: ignore[attr-defined]
-    await a.release(E, A, held.term)
+    await release(a, E, A, held.term)
     assert leader_key(cluster)["mod_revision"] == granted["mod_revision"]
-    assert (await b.acquire_or_renew(E, B, ttl=TTL, timeout=5)).held_by(B)
+    assert (await ask(b, E, B, ttl=TTL, timeout=5)).held_by(B)

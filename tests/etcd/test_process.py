@@ -224,13 +224,13 @@ def test_sigterm_grants_the_key_to_a_standby_that_leads_without_a_write(
     released_to(new, leader, term_of(new) - 1, TTL)
 
 
-def test_a_frozen_grantee_loses_the_key_with_its_spare_and_never_leads_after_sigcont(
+def test_a_frozen_heir_loses_the_key_with_its_spare_and_never_leads_after_sigcont(
     trio: list[Daemon],
 ) -> None:
-    """The key goes with the frozen grantee's spare lease (etcd's lessor): its term ends
+    """The key goes with the frozen heir's spare lease (etcd's lessor): its term ends
     "expired", not taken over."""
     within = 2 * TTL + LESSOR + SLACK
-    switchover.frozen_grantee_is_taken_over(trio, TTL, 3 * RETRY, within, "expired")
+    switchover.frozen_heir_is_taken_over(trio, TTL, 3 * RETRY, within, "expired")
 
 
 def test_a_lease_etcd_revokes_under_the_leader_ends_its_term_at_the_event(

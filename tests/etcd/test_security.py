@@ -14,6 +14,7 @@ import pytest
 
 from leaderd.backends import Backend, BackendFatal, Candidate, backend_from_url
 from leaderd.backends.etcd.gateway import PASSWORD_ENV
+from tests.backend_calls import ask
 from tests.daemons import Daemon, short_tempdir
 from tests.etcd import tls
 from tests.etcd.cluster import EtcdCluster, Tls
@@ -64,7 +65,7 @@ async def open_backend(url: str, opened: list[Backend]) -> Backend:
 
 async def elect(url: str, opened: list[Backend]) -> None:
     backend = await open_backend(url, opened)
-    lease = await backend.acquire_or_renew("default", ME, 5.0, timeout=5.0)
+    lease = await ask(backend, "default", ME, 5.0, timeout=5.0)
     assert lease.held_by(ME), lease
 
 
@@ -117,9 +118,9 @@ async def test_an_expired_token_logs_in_again(
     auth_cluster: EtcdCluster, opened: list[Backend]
 ) -> None:
     backend = await open_backend(auth_url(auth_cluster, f"root:{QUOTED}@"), opened)
-    first = await backend.acquire_or_renew("default", ME, 5.0, timeout=5.0)
+    first = await ask(backend, "default", ME, 5.0, timeout=5.0)
     await asyncio.sleep(2.5)  # past the 1 s token (etcd checks every second)
-    again = await backend.acquire_or_renew("default", ME, 5.0, timeout=5.0)
+    again = await ask(backend, "default", ME, 5.0, timeout=5.0)
     assert again.held_by(ME) and again.term == first.term
 
 

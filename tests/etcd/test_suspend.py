@@ -17,6 +17,7 @@ from collections.abc import Callable
 import pytest
 
 from leaderd.clock import boottime
+from tests.backend_calls import ask, release
 from tests.etcd.test_grant import A, B, Cluster, E, cluster
 
 __all__ = ["cluster"]
@@ -44,13 +45,13 @@ async def test_an_acquisition_after_a_suspend_counts_its_spare_as_old_as_etcd_do
     cluster: Cluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b = await cluster.open(), await cluster.open()
-    held = await a.acquire_or_renew(E, A, ttl=TTL, timeout=5)
-    await b.acquire_or_renew(E, B, ttl=TTL, timeout=5)  # B's first round grants its spare
-    await a.release(E, A, held.term)  # free: B's next round acquires under that spare
+    held = await ask(a, E, A, ttl=TTL, timeout=5)
+    await ask(b, E, B, ttl=TTL, timeout=5)  # B's first round grants its spare
+    await release(a, E, A, held.term)  # free: B's next round acquires under that spare
     await asyncio.sleep(SUSPENDED)  # the host sleeps...
     hold_monotonic_back(monkeypatch, SUSPENDED)  # ...and CLOCK_MONOTONIC did not count it
     try:
-        won = await b.acquire_or_renew(E, B, ttl=TTL, timeout=5)
+        won = await ask(b, E, B, ttl=TTL, timeout=5)
         answered = boottime()
         assert won.held_by(B) and won.expires_in is not None
         expiry = lessor_expiry(cluster)

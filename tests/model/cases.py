@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from leaderd.engine import Election
+from leaderd.election.engine import Election
 
 from .cluster import Cluster
 from .etcdclient import EtcdWorld

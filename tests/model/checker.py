@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from leaderd.backends.base import Candidate
-from leaderd.engine import Election
-from leaderd.status import Role
+from leaderd.election.engine import Election
+from leaderd.election.status import Role
 
 from .vloop import NodeClock
 

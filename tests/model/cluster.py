@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from leaderd.backends.base import Backend, BackendUnavailable, Candidate
-from leaderd.engine import Election
-from leaderd.timing import Timing
+from leaderd.election.engine import Election
+from leaderd.election.timing import Timing
 
 from .checker import Member
 from .network import ELECTION, Faults, Link

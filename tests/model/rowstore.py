@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from leaderd.backends.asks import Ask, Heir, Release
 from leaderd.backends.base import (
     Backend,
     BackendUnavailable,
@@ -31,7 +32,7 @@ from leaderd.backends.base import (
 )
 from leaderd.backends.postgres.listen import Listener
 from leaderd.backends.postgres.settings import PgSettings
-from leaderd.backends.records import EndReason, Member, Tenure
+from leaderd.backends.records import Member, Tenure
 
 from .network import Link
 from .vloop import EPOCH, NodeClock, VirtualLoop
@@ -111,7 +112,13 @@ class RowServer:
         )
 
     def release(
-        self, me: Candidate, term: int, reserve_for: str, ttl: float, grant: bool, version: str
+        self,
+        me: Candidate,
+        term: int,
+        reserve_for: str,
+        ttl: float,
+        heir: Heir | None,
+        version: str,
     ) -> None:
         """As postgres/lease.py's: only this holder's term, and with ``version`` only while the row
         still has it (a release that arrives after a renewal of the same term changes nothing)."""
@@ -121,22 +128,22 @@ class RowServer:
         if version and version != self._version():
             self.tell(f"server: {me.instance}'s release of term {term} at {version} is stale")
             return
-        heir = self._successor(me.node_id) if grant and not reserve_for else None
+        heard = self._heir(heir) if heir is not None and not reserve_for else None
         to = f", reserved for {reserve_for}" if reserve_for else ""
         self.tell(f"server: {me.instance} releases term {term}{to}")
         r.version += 1
         r.reserved_for, r.reserved_until = reserve_for, now + ttl if reserve_for else 0.0
-        if heir is None:
+        if heard is None:
             r.holder, r.instance, r.address, r.expires_at = None, "", "", now
             self.notify(f"{term} released {self.election}")
             return
-        c = heir.candidate
-        self.tell(f"server: granted to {c.instance}, term {term + 1}, heard at {heir.at:.4f}")
+        c = heard.candidate
+        self.tell(f"server: granted to {c.instance}, term {term + 1}, heard at {heard.at:.4f}")
         r.holder, r.instance, r.address, r.term = c.node_id, c.instance, c.address, term + 1
-        r.acquired_at, r.expires_at = self.wall(now), heir.at + heir.ttl
+        r.acquired_at, r.expires_at = self.wall(now), heard.at + heard.ttl
         granted = {"election": self.election, "holder": c.node_id, "instance": c.instance,
-                   "address": c.address, "version": self._version(), "ttl": heir.ttl,
-                   "heard_at": self.wall(heir.at).isoformat(),
+                   "address": c.address, "version": self._version(), "ttl": heard.ttl,
+                   "heard_at": self.wall(heard.at).isoformat(),
                    "acquired_at": r.acquired_at.isoformat()}  # fmt: skip
         self.notify(f"{r.term} granted {orjson.dumps(granted).decode()}")
         self.notify(f"{r.term} acquired {self.election}")
@@ -175,10 +182,10 @@ class RowServer:
         r = self.row
         return r.reserved_until > self.now() and r.reserved_for not in ("", node_id)
 
-    def _successor(self, releasing: str) -> Heard | None:
+    def _heir(self, heir: Heir) -> Heard | None:
         now = self.now()
         live = [h for h in self.heard.values() if h.campaigning
-                and h.candidate.node_id != releasing and h.at > now - h.ttl / 2]  # fmt: skip
+                and heir.may_inherit(h.candidate.node_id, now - h.at, h.ttl)]  # fmt: skip
         return max(live, key=lambda h: h.at, default=None)
 
 
@@ -211,40 +218,18 @@ class RowBackend(Backend):
     ) -> Lease:
         return await self._ask("observe", lambda: self.server.observe(candidate, ttl), 5.0)
 
-    async def acquire_or_renew(
-        self,
-        election: str,
-        candidate: Candidate,
-        ttl: float,
-        timeout: float,
-        wait: float = 0.0,
-        *,
-        takeover: str = "",
-        min_term: int = 0,
-        lost_term: int = 0,
-    ) -> Lease:
-        cached = self._cached(candidate)
+    async def acquire_or_renew(self, ask: Ask) -> Lease:
+        cached = self._cached(ask.candidate)
         if cached is not None:
             return cached
         acquire = self.server.acquire
-        return await self._ask("acquire", lambda: acquire(candidate, ttl, takeover, min_term),
-                               timeout)  # fmt: skip
+        return await self._ask("acquire", lambda: acquire(ask.candidate, ask.ttl, ask.takeover,
+                                                          ask.min_term), ask.timeout)  # fmt: skip
 
-    async def release(
-        self,
-        election: str,
-        candidate: Candidate,
-        term: int,
-        reason: EndReason = EndReason.RELEASED,
-        *,
-        reserve_for: str = "",
-        ttl: float = 0.0,
-        grant: bool = False,
-        version: str = "",
-    ) -> None:
-        release = self.server.release
-        await self.link.request("release", lambda: release(candidate, term, reserve_for, ttl,
-                                                           grant, version), 5.0)  # fmt: skip
+    async def release(self, release: Release) -> None:
+        r, apply = release, self.server.release
+        await self.link.request("release", lambda: apply(r.candidate, r.term, r.reserve_for, r.ttl,
+                                                         r.heir, r.version), 5.0)  # fmt: skip
 
     async def wait_for_change(self, election: str, timeout: float) -> Grant | None:
         return await self.listener.wait(election, timeout)

@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 
 from leaderd.backends.etcd.backend import EtcdBackend
-from leaderd.election_state import ElectionState
+from leaderd.election.state import ElectionState
 
 from . import cases
 from .checker import Violation
@@ -48,7 +48,7 @@ def test_a_deadline_past_the_lease_is_caught(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_finding_1_cached_heartbeat() -> None:
     """A grant of a spare kept alive by a round that failed, after an answer from the cache:
-    led on only from a request's own answer (failed before rule 10's fix: the grantee led
+    led on only from a request's own answer (failed before rule 10's fix: the heir led
     past its spare's expiry)."""
     run(cases.cached_heartbeat())
 

@@ -12,6 +12,7 @@ from typing import Any
 import asyncpg
 
 from leaderd.backends import Backend, Candidate, backend_from_url
+from tests.backend_calls import ask
 from tests.pgserver import PgServer
 
 SCHEMES = ("postgresql", "postgresql+advisory")
@@ -66,7 +67,7 @@ async def standby_session_pids(
     server processes their lock session ran on (one, when the session is kept)."""
     pids = set()
     for _ in range(5):
-        lease = await standby.acquire_or_renew(election, me, ttl=ttl, timeout=timeout, wait=0.2)
+        lease = await ask(standby, election, me, ttl=ttl, timeout=timeout, wait=0.2)
         assert lease.holder == holder, lease
         pids.add(session_pid(standby, election))
     return pids

@@ -14,6 +14,7 @@ import pytest
 from leaderd.backends import BackendUnavailable, Candidate
 from leaderd.backends.postgres.advisory import advisory_key
 from leaderd.backends.postgres.listen import notify_channel
+from tests.backend_calls import ask, release
 from tests.pgserver import PgServer
 from tests.postgres.helpers import (
     WAITING_FOR_A_LOCK,
@@ -70,7 +71,7 @@ async def test_the_key_is_documented_and_visible_in_pg_locks(pg_server: PgServer
         for name in (e, "default", "scheduler", "ünïcode"):
             assert await other.fetchval(KEY_SQL, name) == advisory_key(name)
         assert advisory_key("default") == 8011582017960662368
-        await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        await ask(a, e, A, ttl=15, timeout=5)
         assert await lock_pids(other, e) == [session_pid(a, e)]
         settings = await a._sessions[e].conn.fetchrow(  # type: ignore[attr-defined]
             "SELECT current_setting('idle_session_timeout') AS idle, "
@@ -86,10 +87,10 @@ async def test_terminated_holder_steps_down_and_a_waiter_takes_over(
 ) -> None:
     u, e = url(pg_server, takeover="immediate"), unique()
     async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
-        mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        mine = await ask(a, e, A, ttl=15, timeout=5)
         # Only the termination can end either wait before the test's: the lock wait and the
         # holder's wait for a change are each longer than the test waits for them.
-        waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=70, wait=60))
+        waiter = asyncio.create_task(ask(b, e, B, ttl=15, timeout=70, wait=60))
         holder_wakes = asyncio.create_task(a.wait_for_change(e, 3600))
         await blocked(other, e, 1)
         t0 = time.monotonic()
@@ -102,9 +103,9 @@ async def test_terminated_holder_steps_down_and_a_waiter_takes_over(
         assert await until(lambda: a._sessions[e].conn is None, 10)  # type: ignore[attr-defined]
         assert theirs.held_by(B) and theirs.term == mine.term + 1
         print(f"\nadvisory: holder terminated -> waiter holds in {took_over * 1000:.1f} ms")
-        after = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        after = await ask(a, e, A, ttl=15, timeout=5)
         assert not after.held_by(A)
-        seen = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        seen = await ask(a, e, A, ttl=15, timeout=5)
         assert seen.holder == B.node_id and seen.term == theirs.term
 
 
@@ -116,8 +117,8 @@ async def test_by_default_a_waiter_waits_out_a_terminated_holders_lease(
     then, and not before its engine names the version it watched."""
     u, e, ttl = url(pg_server), unique(), 1.0
     async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
-        mine = await a.acquire_or_renew(e, A, ttl=ttl, timeout=5)
-        waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=ttl, timeout=10, wait=5))
+        mine = await ask(a, e, A, ttl=ttl, timeout=5)
+        waiter = asyncio.create_task(ask(b, e, B, ttl=ttl, timeout=10, wait=5))
         await blocked(other, e, 1)
         t0 = time.monotonic()
         await other.execute("SELECT pg_terminate_backend($1)", session_pid(a, e))
@@ -127,14 +128,14 @@ async def test_by_default_a_waiter_waits_out_a_terminated_holders_lease(
         # While A's lease lasts the successor gives the lock back (A may come back) ...
         assert await lock_pids(other, e) == []
         # Naming the version is not enough while the lease lasts on the server's clock ...
-        too_soon = await b.acquire_or_renew(e, B, ttl=ttl, timeout=5, takeover=pending.version)
+        too_soon = await ask(b, e, B, ttl=ttl, timeout=5, takeover=pending.version)
         assert not too_soon.held_by(B) and too_soon.holder == A.node_id
         await asyncio.sleep(pending.expires_in)
         # ... and its end is not enough without naming the version (docs/algorithm.md).
-        unnamed = await b.acquire_or_renew(e, B, ttl=ttl, timeout=5)
+        unnamed = await ask(b, e, B, ttl=ttl, timeout=5)
         assert unnamed.expired and unnamed.version == pending.version
         assert await lock_pids(other, e) == [session_pid(b, e)], "kept once the lease is over"
-        theirs = await b.acquire_or_renew(e, B, ttl=ttl, timeout=5, takeover=pending.version)
+        theirs = await ask(b, e, B, ttl=ttl, timeout=5, takeover=pending.version)
         waited = time.monotonic() - t0
         assert theirs.held_by(B) and theirs.term == mine.term + 1
         print(f"\nadvisory: holder terminated -> successor claims after {waited * 1000:.0f} ms")
@@ -149,24 +150,24 @@ async def test_a_holder_whose_session_ended_renews_even_if_a_standby_got_the_loc
     leader renews through its new session, with the same term, and nobody is waited out."""
     u, e = url(pg_server), unique()
     async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
-        mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
-        waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5))
+        mine = await ask(a, e, A, ttl=15, timeout=5)
+        waiter = asyncio.create_task(ask(b, e, B, ttl=15, timeout=10, wait=5))
         await blocked(other, e, 1)
         await other.execute("SELECT pg_terminate_backend($1)", session_pid(a, e))
         pending = await asyncio.wait_for(waiter, 2)  # the standby had the lock first
         assert pending.holder == A.node_id and not pending.held_by(B)
         assert await until(lambda: a._sessions[e].conn is None, 1)  # type: ignore[attr-defined]
-        again = await a.acquire_or_renew(e, A, ttl=15, timeout=5)  # a new session
+        again = await ask(a, e, A, ttl=15, timeout=5)  # a new session
         assert again.held_by(A), again
         assert (again.term, again.acquired_at) == (mine.term, mine.acquired_at)
 
 
 async def queued_hand_over(a: Any, b: Any, other: Any, e: str) -> int:
     """A holds, B waits in the lock queue, A releases: B claims at once, term + 1 (its term)."""
-    mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
-    waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5))
+    mine = await ask(a, e, A, ttl=15, timeout=5)
+    waiter = asyncio.create_task(ask(b, e, B, ttl=15, timeout=10, wait=5))
     await blocked(other, e, 1)
-    await a.release(e, A, mine.term)
+    await release(a, e, A, mine.term)
     theirs = await asyncio.wait_for(waiter, 2)
     assert theirs.held_by(B) and theirs.term == mine.term + 1
     return theirs.term
@@ -193,19 +194,19 @@ async def lose_the_race(pg: PgServer, cancel_works: bool) -> tuple[str, bool]:
         opened(u, e) as third,
         admin(pg) as other,
     ):
-        mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        mine = await ask(a, e, A, ttl=15, timeout=5)
         standbys = {B.node_id: b, c.node_id: third}
         for standby, who in ((b, B), (third, c)):  # open and plan each standby's session
-            assert (await standby.acquire_or_renew(e, who, ttl=15, timeout=5, wait=0.1)).holder
+            assert (await ask(standby, e, who, ttl=15, timeout=5, wait=0.1)).holder
             if not cancel_works:
                 standby._listener.cancel = refuse  # type: ignore[attr-defined]
         pids = {node: session_pid(backend, e) for node, backend in standbys.items()}
         waiters = [
-            asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5)),
-            asyncio.create_task(third.acquire_or_renew(e, c, ttl=15, timeout=10, wait=5)),
+            asyncio.create_task(ask(b, e, B, ttl=15, timeout=10, wait=5)),
+            asyncio.create_task(ask(third, e, c, ttl=15, timeout=10, wait=5)),
         ]
         await blocked(other, e, 2)
-        await a.release(e, A, mine.term)
+        await release(a, e, A, mine.term)
         # The loser does not sit out its 5 s lock wait naming the old holder: both answer
         # before it could have ended.
         answers = await asyncio.wait_for(asyncio.gather(*waiters), 3)
@@ -248,8 +249,8 @@ async def test_a_lock_granted_as_its_wait_is_cancelled_is_given_back(pg_server: 
     key = advisory_key(e)
     async with opened(u, e) as b, admin(pg_server) as other, admin(pg_server) as holder:
         assert await holder.fetchval("SELECT pg_try_advisory_lock($1)", key)
-        assert (await b.acquire_or_renew(e, B, ttl=15, timeout=5, wait=0.1)).holder is None
-        waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5))
+        assert (await ask(b, e, B, ttl=15, timeout=5, wait=0.1)).holder is None
+        waiter = asyncio.create_task(ask(b, e, B, ttl=15, timeout=10, wait=5))
         await blocked(other, e, 1)
         pid = session_pid(b, e)
         os.kill(pid, signal.SIGSTOP)
@@ -260,7 +261,7 @@ async def test_a_lock_granted_as_its_wait_is_cancelled_is_given_back(pg_server: 
             os.kill(pid, signal.SIGCONT)
         theirs = await asyncio.wait_for(waiter, 5)  # given back, then taken at once
         assert theirs.held_by(B), theirs
-        await b.release(e, B, theirs.term)
+        await release(b, e, B, theirs.term)
         assert await lock_pids(other, e) == [], "the lock outlived the release"
 
 
@@ -271,7 +272,7 @@ async def test_a_standby_keeps_its_lock_session_through_rounds_that_time_out(
     stays (a new one is a new server process, and plans its statements again)."""
     u, e = url(pg_server), unique()
     async with opened(u, e) as a, opened(u, e) as b:
-        await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        await ask(a, e, A, ttl=15, timeout=5)
         pids = await standby_session_pids(b, e, B, A.node_id, ttl=15, timeout=5)
         assert len(pids) == 1, f"the standby's session changed: server pids {sorted(pids)}"
 
@@ -279,8 +280,8 @@ async def test_a_standby_keeps_its_lock_session_through_rounds_that_time_out(
 async def test_a_cancelled_waiter_leaves_the_lock_queue(pg_server: PgServer) -> None:
     u, e = url(pg_server, application_name="leaderd-cancel-test"), unique()
     async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
-        await a.acquire_or_renew(e, A, ttl=15, timeout=5)
-        waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5))
+        await ask(a, e, A, ttl=15, timeout=5)
+        waiter = asyncio.create_task(ask(b, e, B, ttl=15, timeout=10, wait=5))
         await blocked(other, e, 1)
         assert await other.fetchval(WAITING_FOR_A_LOCK, "leaderd-cancel-test") == 1
         waiter.cancel()
@@ -297,15 +298,15 @@ async def test_a_silent_leaders_session_ends_one_ttl_after_its_last_keepalive(
     u, e = url(pg_server), unique()
     async with opened(u, e) as a, opened(u, e) as b:
         t_send = time.monotonic()
-        mine = await a.acquire_or_renew(e, A, ttl=1.0, timeout=5)
+        mine = await ask(a, e, A, ttl=1.0, timeout=5)
         assert mine.held_by(A)
-        granted = await b.acquire_or_renew(e, B, ttl=1.0, timeout=5, wait=3)
+        granted = await ask(b, e, B, ttl=1.0, timeout=5, wait=3)
         waited = time.monotonic() - t_send
         # The lock passed on; the unreleased row is taken over by naming its version.
         assert (granted.holder, granted.term) == (A.node_id, mine.term), granted
         assert 1.0 <= waited < 1.8, waited
         await asyncio.sleep(granted.expires_in or 0.0)
-        theirs = await b.acquire_or_renew(e, B, ttl=1.0, timeout=5, takeover=granted.version)
+        theirs = await ask(b, e, B, ttl=1.0, timeout=5, takeover=granted.version)
         assert theirs.held_by(B) and theirs.term == mine.term + 1
 
 
@@ -316,19 +317,19 @@ async def test_a_stuck_keepalive_fails_and_keeps_the_lock_while_the_leader_may_l
     until its deadline), not a "not held" answer; the session, and its lock, are kept."""
     u, e, ttl = url(pg), unique(), 5.0
     async with opened(u, e) as a, admin(pg) as other:
-        mine = await a.acquire_or_renew(e, A, ttl=ttl, timeout=5)
+        mine = await ask(a, e, A, ttl=ttl, timeout=5)
         pid = session_pid(a, e)
         os.kill(pid, signal.SIGSTOP)  # the server side of the session hangs
         try:
             for _ in range(2):
                 # The request's own bound fired, while the server was still stopped.
                 with pytest.raises(BackendUnavailable, match=r"timed out after 0\.5s"):
-                    await a.acquire_or_renew(e, A, ttl=ttl, timeout=0.5)
+                    await ask(a, e, A, ttl=ttl, timeout=0.5)
                 # Not freed behind the engine's back: the lock is still the session's.
                 assert await lock_pids(other, e) == [pid]
         finally:
             os.kill(pid, signal.SIGCONT)
-        again = await a.acquire_or_renew(e, A, ttl=ttl, timeout=5)
+        again = await ask(a, e, A, ttl=ttl, timeout=5)
         assert again.held_by(A) and again.term == mine.term and session_pid(a, e) == pid
 
 
@@ -337,21 +338,21 @@ async def test_a_keepalive_in_doubt_past_one_ttl_lets_the_session_go(pg: PgServe
     the doubtful session is closed and the lock campaigned for anew: a new term."""
     u, e, ttl = url(pg), unique(), 1.0
     async with opened(u, e) as a, admin(pg) as other:
-        mine = await a.acquire_or_renew(e, A, ttl=ttl, timeout=5)
+        mine = await ask(a, e, A, ttl=ttl, timeout=5)
         pid = session_pid(a, e)
         os.kill(pid, signal.SIGSTOP)
         try:
             with pytest.raises(BackendUnavailable):
-                await a.acquire_or_renew(e, A, ttl=ttl, timeout=0.3)
+                await ask(a, e, A, ttl=ttl, timeout=0.3)
             await asyncio.sleep(ttl)
             with pytest.raises(BackendUnavailable):
-                await a.acquire_or_renew(e, A, ttl=ttl, timeout=0.3)
+                await ask(a, e, A, ttl=ttl, timeout=0.3)
         finally:
             os.kill(pid, signal.SIGCONT)
         lease = None
         for _ in range(100):
             with contextlib.suppress(BackendUnavailable):  # the old session still exiting
-                lease = await a.acquire_or_renew(e, A, ttl=ttl, timeout=2)
+                lease = await ask(a, e, A, ttl=ttl, timeout=2)
                 if lease.held_by(A):
                     break
             await asyncio.sleep(0.05)
@@ -364,15 +365,15 @@ async def test_a_hung_term_bump_gives_up_and_releases(pg_server: PgServer) -> No
     table, e = unique("adv"), unique()
     u = pg_server.dsn(scheme="postgresql+advisory", table=table)
     async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
-        mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
-        await a.release(e, A, mine.term)
+        mine = await ask(a, e, A, ttl=15, timeout=5)
+        await release(a, e, A, mine.term)
         tx = other.transaction()
         await tx.start()
         await other.execute(f"SELECT * FROM {table} WHERE election = $1 FOR UPDATE", e)
         try:
             # The request's own bound fired, while the row was still locked.
             with pytest.raises(BackendUnavailable, match=r"timed out after 0\.5s"):
-                await b.acquire_or_renew(e, B, ttl=15, timeout=0.5, wait=0.2)
+                await ask(b, e, B, ttl=15, timeout=0.5, wait=0.2)
             for _ in range(100):  # the session that got the lock is closed: lock free again
                 if not await lock_pids(other, e):
                     break
@@ -389,7 +390,7 @@ async def test_a_release_commits_before_the_lock_is_freed(pg_server: PgServer) -
     table, e = unique("adv"), unique()
     u = pg_server.dsn(scheme="postgresql+advisory", table=table)
     async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
-        mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        mine = await ask(a, e, A, ttl=15, timeout=5)
         # A commit that takes its time, as on a loaded server: a deferred trigger on the
         # release's update runs at commit, after the statement.
         await other.execute(f"""
@@ -399,9 +400,9 @@ async def test_a_release_commits_before_the_lock_is_freed(pg_server: PgServer) -
                 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.holder IS NULL)
                 EXECUTE FUNCTION {table}_slow();
         """)
-        waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5))
+        waiter = asyncio.create_task(ask(b, e, B, ttl=15, timeout=10, wait=5))
         await blocked(other, e, 1)
-        await a.release(e, A, mine.term)
+        await release(a, e, A, mine.term)
         theirs = await asyncio.wait_for(waiter, 3)
         assert theirs.held_by(B) and theirs.term == mine.term + 1, theirs
 
@@ -412,10 +413,10 @@ async def test_a_late_acquired_notify_does_not_end_a_standbys_lock_wait(
     table, e = unique("adv"), unique()
     u = pg_server.dsn(scheme="postgresql+advisory", table=table)
     async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
-        mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        mine = await ask(a, e, A, ttl=15, timeout=5)
         # The engine's standby waits knowing term mine.term (min_term: its high-water + 1).
         waiter = asyncio.create_task(
-            b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5, min_term=mine.term + 1)
+            ask(b, e, B, ttl=15, timeout=10, wait=5, min_term=mine.term + 1)
         )
         await blocked(other, e, 1)
         # The announcement of the term it already knows, delivered late.
@@ -423,7 +424,7 @@ async def test_a_late_acquired_notify_does_not_end_a_standbys_lock_wait(
         await other.execute("SELECT pg_notify($1, $2)", notify_channel(table), payload)
         await asyncio.sleep(0.3)
         assert not waiter.done(), f"old news ended the lock wait: {waiter.result()}"
-        await a.release(e, A, mine.term)
+        await release(a, e, A, mine.term)
         theirs = await asyncio.wait_for(waiter, 2)
         assert theirs.held_by(B) and theirs.term == mine.term + 1
 
@@ -435,8 +436,8 @@ async def test_a_reused_pid_is_not_taken_for_the_holders_session(pg_server: PgSe
     table, e = unique("adv"), unique()
     u = pg_server.dsn(scheme="postgresql+advisory", table=table)
     async with opened(u, e) as a, opened(u, e) as b, opened(u, e) as c, admin(pg_server) as other:
-        mine = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
-        waiter = asyncio.create_task(b.acquire_or_renew(e, B, ttl=15, timeout=10, wait=5))
+        mine = await ask(a, e, A, ttl=15, timeout=5)
+        waiter = asyncio.create_task(ask(b, e, B, ttl=15, timeout=10, wait=5))
         await blocked(other, e, 1)
         await other.execute("SELECT pg_terminate_backend($1)", session_pid(a, e))
         pending = await asyncio.wait_for(waiter, 2)
@@ -444,7 +445,7 @@ async def test_a_reused_pid_is_not_taken_for_the_holders_session(pg_server: PgSe
         # As if B's session had been given the dead session's pid:
         sql = f"UPDATE {table} SET pid = $1 WHERE election = $2"
         await other.execute(sql, session_pid(b, e), e)
-        again = await b.acquire_or_renew(e, B, ttl=15, timeout=5)
+        again = await ask(b, e, B, ttl=15, timeout=5)
         assert not again.held_by(B) and (again.holder, again.term) == (A.node_id, mine.term)
         seen = await c.observe(e)
         assert seen.holder == A.node_id and seen.expires_in is not None, seen  # not live

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from leaderd.backends import BackendFatal, BackendUnavailable, Candidate, backend_from_url
+from tests.backend_calls import ask, release
 from tests.pgserver import PASSWORD, PASSWORD_USER, PgServer
 from tests.postgres.helpers import Stopwatch, opened, unique, url
 
@@ -31,20 +32,20 @@ async def test_fencing_term_increases_and_is_stored(
     e = unique()
     u = url(pg_server, scheme, table=table)
     async with opened(u, e) as a, opened(u, e) as b:
-        first = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        first = await ask(a, e, A, ttl=15, timeout=5)
         assert first.held_by(A) and first.term >= 1
         assert first.address == A.address
-        renewed = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        renewed = await ask(a, e, A, ttl=15, timeout=5)
         assert renewed.held_by(A) and renewed.term == first.term
-        seen = await b.acquire_or_renew(e, B, ttl=15, timeout=5)
+        seen = await ask(b, e, B, ttl=15, timeout=5)
         assert seen.holder == A.node_id and seen.term == first.term
-        await a.release(e, A, first.term)
+        await release(a, e, A, first.term)
         released = await b.observe(e)
         assert released.holder is None and released.term == first.term
-        second = await b.acquire_or_renew(e, B, ttl=15, timeout=5)
+        second = await ask(b, e, B, ttl=15, timeout=5)
         assert second.held_by(B) and second.term == first.term + 1
-        await b.release(e, B, second.term)
-        third = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        await release(b, e, B, second.term)
+        third = await ask(a, e, A, ttl=15, timeout=5)
         assert third.held_by(A) and third.term == second.term + 1
     # A new backend instance (a restarted daemon) sees the stored term.
     async with opened(u, e) as c:
@@ -61,7 +62,7 @@ async def test_release_passes_to_a_waiter_within_a_round_trip(
         await asyncio.sleep(0.1)  # the lease backend's LISTEN connection is up
         for i in range(10):
             leader, backend_l, standby, backend_s = (A, a, B, b) if i % 2 == 0 else (B, b, A, a)
-            lease = await backend_l.acquire_or_renew(e, leader, ttl=15, timeout=5)
+            lease = await ask(backend_l, e, leader, ttl=15, timeout=5)
             assert lease.held_by(leader)
 
             requests: list[float] = []
@@ -69,7 +70,7 @@ async def test_release_passes_to_a_waiter_within_a_round_trip(
             async def follow(backend=backend_s, me=standby, requests=requests):  # type: ignore[no-untyped-def]
                 while True:  # the engine's follower loop; its waits outlast the test's
                     requests.append(time.monotonic())
-                    got = await backend.acquire_or_renew(e, me, ttl=15, timeout=70, wait=60)
+                    got = await ask(backend, e, me, ttl=15, timeout=70, wait=60)
                     if got.held_by(me):
                         return time.monotonic(), got
                     await backend.wait_for_change(e, 3600)
@@ -77,7 +78,7 @@ async def test_release_passes_to_a_waiter_within_a_round_trip(
             task = asyncio.create_task(follow())
             await asyncio.sleep(0.05)  # the standby is waiting
             t0 = time.monotonic()
-            await backend_l.release(e, leader, lease.term)
+            await release(backend_l, e, leader, lease.term)
             t1, got = await asyncio.wait_for(task, 10)
             assert got.term == lease.term + 1
             # Held on the release's wake-up: the request that waited for the lock (advisory),
@@ -97,14 +98,14 @@ async def test_server_restart_reconnects_and_terms_keep_increasing(
     e = unique()
     u = url(pg, scheme, table=table)
     async with opened(u, e) as a, opened(u, e) as b:
-        first = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        first = await ask(a, e, A, ttl=15, timeout=5)
         await asyncio.to_thread(pg.restart)
         # The first calls may fail or report the lost session; it comes back quickly.
         lease = None
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
-                lease = await a.acquire_or_renew(e, A, ttl=15, timeout=2)
+                lease = await ask(a, e, A, ttl=15, timeout=2)
                 if lease.held_by(A):
                     break
             except BackendUnavailable:
@@ -112,8 +113,8 @@ async def test_server_restart_reconnects_and_terms_keep_increasing(
             await asyncio.sleep(0.1)
         assert lease is not None and lease.held_by(A)
         assert lease.term >= first.term  # the lease row survived; the advisory lock did not
-        await a.release(e, A, lease.term)
-        other = await b.acquire_or_renew(e, B, ttl=15, timeout=5)
+        await release(a, e, A, lease.term)
+        other = await ask(b, e, B, ttl=15, timeout=5)
         assert other.held_by(B) and other.term == lease.term + 1
 
 
@@ -123,18 +124,18 @@ async def test_server_stopped_requests_fail_within_the_timeout(
     e = unique()
     u = url(pg, scheme, table=table)
     async with opened(u, e) as a:
-        await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        await ask(a, e, A, ttl=15, timeout=5)
         await asyncio.to_thread(pg.stop)
         for _ in range(3):
             with Stopwatch() as sw:
                 try:
-                    lease = await a.acquire_or_renew(e, A, ttl=15, timeout=1)
+                    lease = await ask(a, e, A, ttl=15, timeout=1)
                     assert not lease.held_by(A)  # the advisory session is gone
                 except BackendUnavailable as exc:
                     assert PASSWORD not in str(exc)
             assert sw.elapsed < 1.3
         with Stopwatch() as sw, pytest.raises(BackendUnavailable):
-            await a.acquire_or_renew(e, A, ttl=15, timeout=1)
+            await ask(a, e, A, ttl=15, timeout=1)
         assert sw.elapsed < 1.3
 
 
@@ -152,7 +153,7 @@ async def test_unresponsive_server_never_hangs_a_request(
         try:
             # The request's own bound fired, while the postmaster was still stopped.
             with pytest.raises(BackendUnavailable, match=r"timed out after 0\.5s"):
-                await a2.acquire_or_renew(e, A, ttl=15, timeout=0.5)
+                await ask(a2, e, A, ttl=15, timeout=0.5)
         finally:
             os.kill(pid, signal.SIGCONT)
             await a2.close()
@@ -165,11 +166,11 @@ async def test_password_never_in_messages_or_description(
     good = pg.dsn(PASSWORD_USER, PASSWORD, scheme=scheme, table=table)
     async with opened(good, e) as a:
         assert PASSWORD not in a.description and "***" in a.description
-        await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        await ask(a, e, A, ttl=15, timeout=5)
         await asyncio.to_thread(pg.stop)
         for _ in range(2):
             try:
-                await a.acquire_or_renew(e, A, ttl=15, timeout=1)
+                await ask(a, e, A, ttl=15, timeout=1)
             except BackendUnavailable as exc:
                 assert PASSWORD not in str(exc) and PASSWORD not in repr(exc.args)
     await asyncio.to_thread(pg.start)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from leaderd.backends import Backend, BackendUnavailable, Candidate, backend_from_url
+from tests.backend_calls import ask, release
 from tests.pgserver import PASSWORD, PASSWORD_USER, PgServer
 from tests.postgres.helpers import opened, unique
 
@@ -42,16 +43,16 @@ async def test_acknowledged_terms_survive_a_crash_of_a_server_that_commits_async
         await asyncio.to_thread(server.psql, "CHECKPOINT")  # the new table is on disk
         for i in range(10):  # ten acquisitions, each one acknowledged to a "daemon"
             backend, me = (a, A) if i % 2 == 0 else (b, B)
-            lease = await backend.acquire_or_renew(e, me, ttl=15, timeout=5)
+            lease = await ask(backend, e, me, ttl=15, timeout=5)
             assert lease.held_by(me) and lease.term == term + 1
             term = lease.term
-            await backend.release(e, me, term)
+            await release(backend, e, me, term)
     await asyncio.to_thread(server.stop, "immediate")  # a crash: no shutdown checkpoint
     await asyncio.to_thread(server.start)
     async with opened(u, e) as c:
         seen = await c.observe(e)
         assert seen.term == term, f"the crash lost acknowledged terms: {seen.term} < {term}"
-        assert (await c.acquire_or_renew(e, C, ttl=15, timeout=5)).term == term + 1
+        assert (await ask(c, e, C, ttl=15, timeout=5)).term == term + 1
 
 
 def _session(backend: Backend, election: str) -> Any:
@@ -72,7 +73,7 @@ async def test_lease_statements_commit_at_least_synchronously(
     # A setting in the URL reaches the session as a role's or database's default would.
     u, e = pg_server.dsn(scheme=scheme, table=unique("t"), synchronous_commit=default), unique()
     async with opened(u, e) as a:
-        assert (await a.acquire_or_renew(e, A, ttl=15, timeout=5)).held_by(A)
+        assert (await ask(a, e, A, ttl=15, timeout=5)).held_by(A)
         assert await _session(a, e).fetchval("SHOW synchronous_commit") == used
 
 
@@ -82,7 +83,7 @@ async def _refused(backend_url: str, e: str, why: str) -> None:
         for request in (
             lambda: backend.open([e]),
             lambda: backend.observe(e),
-            lambda: backend.acquire_or_renew(e, A, ttl=15, timeout=5),
+            lambda: ask(backend, e, A, ttl=15, timeout=5),
         ):
             with pytest.raises(BackendUnavailable, match=why) as info:
                 await request()
@@ -98,7 +99,7 @@ async def test_a_read_only_database_is_refused(pg_server: PgServer, scheme: str)
     try:
         u = pg_server.dsn(PASSWORD_USER, PASSWORD, database=db, scheme=scheme, table=table)
         async with opened(u, e) as a:  # the table and a lease exist: reads would work
-            await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+            await ask(a, e, A, ttl=15, timeout=5)
         await asyncio.to_thread(
             pg_server.psql, f"ALTER DATABASE {db} SET default_transaction_read_only = on"
         )
@@ -112,14 +113,14 @@ async def test_a_server_turned_read_only_under_open_sessions_is_refused(
 ) -> None:
     u, e = pg.dsn(scheme=scheme, table=unique("t")), unique()
     async with opened(u, e) as a:
-        assert (await a.acquire_or_renew(e, A, ttl=15, timeout=5)).held_by(A)
-        await a.release(e, A, (await a.observe(e)).term)
+        assert (await ask(a, e, A, ttl=15, timeout=5)).held_by(A)
+        await release(a, e, A, (await a.observe(e)).term)
         await asyncio.to_thread(pg.psql, "ALTER SYSTEM SET default_transaction_read_only = on")
         await asyncio.to_thread(pg.psql, "SELECT pg_reload_conf()")
         try:
             await asyncio.sleep(0.3)  # every backend has reloaded its configuration
             with pytest.raises(BackendUnavailable, match="the server is read-only"):
-                await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+                await ask(a, e, A, ttl=15, timeout=5)
         finally:
             await asyncio.to_thread(pg.psql, "ALTER SYSTEM RESET default_transaction_read_only")
             await asyncio.to_thread(pg.psql, "SELECT pg_reload_conf()")
@@ -140,7 +141,7 @@ async def test_a_standby_in_recovery_is_refused(
 ) -> None:
     e, table = unique(), unique("t")
     async with opened(pg_server.dsn(scheme=scheme, table=table), e) as a:
-        lease = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+        lease = await ask(a, e, A, ttl=15, timeout=5)
     for _ in range(100):  # replicated: a follower reading the standby would see it
         if standby.psql(f"SELECT count(*) FROM {table}") == "1":
             break

@@ -13,6 +13,7 @@ from leaderd.backends import BackendFatal, BackendUnavailable, Candidate
 from leaderd.backends.base import BackendError
 from leaderd.backends.postgres.conn import request
 from leaderd.backends.postgres.settings import PgSettings
+from tests.backend_calls import ask
 from tests.pgserver import PgServer
 from tests.postgres.helpers import opened, unique
 
@@ -115,11 +116,11 @@ async def test_an_internal_client_error_in_the_advisory_backend_is_translated(
     async with opened(u, e) as a:
         session = a._sessions[e]  # type: ignore[attr-defined]
         if path == "keepalive":
-            assert (await a.acquire_or_renew(e, A, ttl=15, timeout=5)).holder == A.node_id
+            assert (await ask(a, e, A, ttl=15, timeout=5)).holder == A.node_id
         else:
             await a.observe(e)  # opens the session
         fault = asyncpg.InternalClientError("protocol state")
         session.conn = _Failing(session.conn, fault)
         session.cas = _Failing(session.cas, fault)  # the prepared claim-and-renew statement
         with pytest.raises(BackendUnavailable, match="InternalClientError"):
-            await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+            await ask(a, e, A, ttl=15, timeout=5)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import pytest
 
 from leaderd.backends import Candidate
+from tests.backend_calls import ask
 from tests.pgserver import FakeTimeServer
 from tests.postgres.helpers import (
     admin,
@@ -50,7 +51,7 @@ async def test_a_standby_names_the_leader_every_round_when_lock_timeout_fires_la
     app, e = unique("leaderd-late"), unique()
     u = late_timers(fake_time_server, app)
     async with opened(u, e) as a, opened(u, e) as b, admin(fake_time_server) as other:
-        await a.acquire_or_renew(e, A, ttl=1.5, timeout=5)
+        await ask(a, e, A, ttl=1.5, timeout=5)
         pids = await standby_session_pids(b, e, B, A.node_id, ttl=1.5, timeout=0.4)
         # The LISTEN connection cancels each wait: the session is kept, no process per round.
         assert len(pids) == 1, f"the standby's session changed: server pids {sorted(pids)}"

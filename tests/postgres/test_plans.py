@@ -15,6 +15,7 @@ import pytest
 from leaderd.backends import Candidate
 from leaderd.backends.postgres.advisory import PostgresAdvisoryBackend
 from leaderd.backends.postgres.lease import PostgresLeaseBackend
+from tests.backend_calls import ask, release
 from tests.pgserver import PgServer
 from tests.postgres.helpers import admin, opened, unique
 from tests.postgres.test_advisory import queued_hand_over
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.postgres
 
 A = Candidate("node-a", "10.0.0.1:80")
 B = Candidate("node-b", "10.0.0.2:80")
-LEASE_RELEASE = "successor AS MATERIALIZED"  # the lease backend's release (and grant)
+LEASE_RELEASE = "heir AS MATERIALIZED"  # the lease backend's release (and grant)
 ADVISORY_CLAIM = "me AS MATERIALIZED"
 ADVISORY_RELEASE = "WITH released AS ("
 
@@ -53,10 +54,10 @@ def session(backend: Any, election: str) -> Any:
 async def test_the_lease_release_is_planned_when_its_connection_opens(pg_server: PgServer) -> None:
     u, e = pg_server.dsn(table=unique("t")), unique()
     async with opened(u, e) as a, opened(u, e) as b:
-        held = await a.acquire_or_renew(e, A, ttl=4, timeout=5)
-        await b.acquire_or_renew(e, B, ttl=4, timeout=5)
+        held = await ask(a, e, A, ttl=4, timeout=5)
+        await ask(b, e, B, ttl=4, timeout=5)
         assert await plans(pooled(a), LEASE_RELEASE) == (1, 0)  # the rolled-back run
-        await a.release(e, A, held.term, grant=True)
+        await release(a, e, A, held.term, grant=True)
         assert await plans(pooled(a), LEASE_RELEASE) == (2, 0)  # planned nothing
         assert (await b.observe(e)).held_by(B)  # the grant went through, the dry run did not
 

@@ -220,10 +220,10 @@ def test_sigterm_grants_the_lease_to_a_standby_that_leads_without_a_write(pg: Pg
         switchover.sigterm_grants_the_lease(daemons, TTL)
 
 
-def test_a_frozen_grantee_is_taken_over_within_a_ttl_and_never_leads_after_sigcont(
+def test_a_frozen_heir_is_taken_over_within_a_ttl_and_never_leads_after_sigcont(
     pg: PgServer,
 ) -> None:
     with lease_cluster(pg) as daemons:
-        switchover.frozen_grantee_is_taken_over(
+        switchover.frozen_heir_is_taken_over(
             daemons, TTL, 2 * RETRY, 3 * TTL + 1, "taken over after expiry"
         )

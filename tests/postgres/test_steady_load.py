@@ -11,6 +11,7 @@ import asyncpg
 import pytest
 
 from leaderd.backends import Backend, BackendError, Candidate
+from tests.backend_calls import ask
 from tests.pgserver import PgServer
 from tests.postgres.helpers import opened, unique
 
@@ -25,7 +26,7 @@ async def node(backend: Backend, me: Candidate, e: str, stop: asyncio.Event) -> 
     while not stop.is_set():
         t_send = time.monotonic()
         try:
-            lease = await backend.acquire_or_renew(e, me, TTL, timeout=TTL - RENEW, wait=RENEW)
+            lease = await ask(backend, e, me, TTL, timeout=TTL - RENEW, wait=RENEW)
         except BackendError:
             await asyncio.sleep(RETRY)
             continue

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from leaderd.backends import BackendFatal, Candidate, backend_from_url
+from tests.backend_calls import ask
 from tests.pgserver import PgServer
 from tests.postgres.helpers import admin, opened, unique
 
@@ -43,11 +44,11 @@ async def test_an_old_lease_table_gains_instance_and_version(pg_server: PgServer
             await other.execute(OLD_RENEWAL.format(t=t))
             assert (await b.observe(e)).version != seen.version
             # Its node id in a new process is another holder: it waits for the lease to end.
-            assert not (await a.acquire_or_renew(e, A, ttl=15, timeout=5)).held_by(A)
+            assert not (await ask(a, e, A, ttl=15, timeout=5)).held_by(A)
             await asyncio.sleep(1.1)
             expired = await b.observe(e)
             assert expired.expired
-            taken = await a.acquire_or_renew(e, A, ttl=15, timeout=5, takeover=expired.version)
+            taken = await ask(a, e, A, ttl=15, timeout=5, takeover=expired.version)
             assert taken.held_by(A) and taken.term == 8
 
 
@@ -59,7 +60,7 @@ async def test_an_old_advisory_table_gains_instance_session_start_and_version(
     async with admin(pg_server) as other:
         await other.execute(OLD_ADVISORY.format(t=t, e=e))
         async with opened(u, e) as a:
-            lease = await a.acquire_or_renew(e, A, ttl=15, timeout=5)
+            lease = await ask(a, e, A, ttl=15, timeout=5)
             assert lease.held_by(A) and lease.term == 8 and lease.version
         columns = await other.fetchval(
             "SELECT array_agg(column_name::text ORDER BY column_name) "

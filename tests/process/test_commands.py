@@ -11,7 +11,7 @@ import signal
 import orjson
 import pytest
 
-from leaderd import cli
+from leaderd.startup import cli
 from tests.daemons import Daemon, leaderd_cli, wait_for
 
 pytestmark = pytest.mark.slow

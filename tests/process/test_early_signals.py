@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from leaderd.early_signals import launched_as_leaderd
+from leaderd.startup.early_signals import launched_as_leaderd
 from tests.daemons import Daemon
 
 pytestmark = pytest.mark.slow

@@ -17,7 +17,7 @@ from tests.supervisor.confine import delegated_cgroup, remove_cgroup
 from tests.supervisor.records import GRACE, TTL, Event, alive, events, job_command, workers
 
 CONFINE = str(Path(__file__).with_name("confine.py"))
-# What leaderd says at startup about each containment (leaderd/child.py).
+# What leaderd says at startup about each containment (leaderd/supervision/child.py).
 SAYS = {
     "pidns": "COMMAND runs in a PID namespace of its own",
     "cgroup": "COMMAND runs in cgroup /",

@@ -1,5 +1,5 @@
 """The keeper on its own: started exactly as leaderd starts it, driven through its line
-protocol (leaderd/keeper.py), with real commands, real signals and every containment."""
+protocol (leaderd/supervision/keeper.py), with real commands, real signals and every containment."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from leaderd.clock import boottime
-from leaderd.containment_probe import keeper_argv
-from leaderd.guard import kill_at, term_at
-from leaderd.keeper import switch_at
-from leaderd.keeper_protocol import DEADLINE, SIGNAL, STOP, Lines, encode
+from leaderd.supervision.containment_probe import keeper_argv
+from leaderd.supervision.guard import kill_at, term_at
+from leaderd.supervision.keeper import switch_at
+from leaderd.supervision.keeper_protocol import DEADLINE, SIGNAL, STOP, Lines, encode
 from tests.daemons import short_tempdir, wait_for
 from tests.supervisor.cluster import CONFINE
 from tests.supervisor.confine import cgroup_root, delegated_cgroup, remove_cgroup
@@ -372,7 +372,7 @@ def _python_for(user: str) -> str:
 def test_the_keeper_is_standard_library_only() -> None:
     """It runs as `python -I -S`: nothing from site-packages, nothing from the environment."""
     for module in ("keeper", "keeper_protocol", "guard", "containment"):
-        tree = ast.parse(Path(f"leaderd/{module}.py").read_text())
+        tree = ast.parse(Path(f"leaderd/supervision/{module}.py").read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]

@@ -11,7 +11,7 @@ from tests.daemons import REPO
 # In a process of its own: the limit is lowered to leave room for one pipe, not two.
 PROBE = """
 import asyncio, os, resource, sys
-from leaderd.child import Child
+from leaderd.supervision.child import Child
 
 def open_fds():
     return sorted(int(fd) for fd in os.listdir("/proc/self/fd"))

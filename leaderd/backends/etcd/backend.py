@@ -35,6 +35,7 @@ from dataclasses import replace
 from typing import Any
 
 from ...clock import boottime
+from ..asks import Ask, Heir, Release
 from ..base import (
     Backend,
     BackendUnavailable,
@@ -48,10 +49,10 @@ from ..base import (
 from ..records import EndReason, Tenure, end_text
 from .campaign import EtcdCampaign
 from .gateway import EtcdError, EtcdSettings, b64, prefix_end
-from .grant import grant_txn, successor
+from .grant import freshest_heir, grant_txn
 from .records import now, tenures
-from .state import Ask, kept_in
 from .state import Holder as _Holder
+from .state import Round, kept_in
 from .state import Spare as _Spare
 from .state import State as _State
 from .state import compare as _compare
@@ -97,7 +98,7 @@ class EtcdBackend(EtcdCampaign, Backend):
         give_up = boottime() + DEFAULT_TIMEOUT
         ask = None
         if candidate is not None:
-            ask = Ask(election, candidate, ttl, 0, give_up, 0, False, self._heard_at())
+            ask = Round(election, candidate, ttl, 0, give_up, 0, False, self._heard_at())
         state = await self._read(election, DEFAULT_TIMEOUT, ask)
         answer = await self._observed(election, state)
         return answer if ask is None else replace(answer, heartbeat=kept_in(ask))
@@ -110,20 +111,14 @@ class EtcdBackend(EtcdCampaign, Backend):
         lease = await self._call("/v3/kv/lease/timetolive", body, DEFAULT_TIMEOUT, "reading it")
         return self._answer(election, state, max(0.0, float(lease.get("TTL", -1))))  # -1: gone
 
-    async def acquire_or_renew(
-        self,
-        election: str,
-        candidate: Candidate,
-        ttl: float,
-        timeout: float,
-        wait: float = 0.0,
-        *,
-        takeover: str = "",
-        min_term: int = 0,
-        lost_term: int = 0,
-    ) -> Lease:
-        give_up = boottime() + timeout
-        ask = Ask(election, candidate, ttl, min_term, give_up, lost_term, True, self._heard_at())
+    async def acquire_or_renew(self, ask: Ask) -> Lease:
+        # A takeover version is never needed: etcd's lessor ends an unrenewed lease itself.
+        election, candidate, lost_term = ask.election, ask.candidate, ask.lost_term
+        give_up = boottime() + ask.timeout
+        heard_at = self._heard_at()
+        round_ = Round(
+            election, candidate, ask.ttl, ask.min_term, give_up, lost_term, True, heard_at
+        )
         self._me[election] = candidate
         state = self._states.get(election)
         news = election in self._news and not lost_term  # a lost term is recorded by a read
@@ -132,9 +127,9 @@ class EtcdBackend(EtcdCampaign, Backend):
             # request (cached: it leads no one); the next round reads and heartbeats as usual.
             return replace(self._answer(election, state, None), cached=True)
         # Every path below wrote this round's heartbeat: the answer names it, and no other.
-        return replace(await self._campaign(ask, state), heartbeat=kept_in(ask))
+        return replace(await self._campaign(round_, state), heartbeat=kept_in(round_))
 
-    async def _campaign(self, ask: Ask, state: _State | None) -> Lease:
+    async def _campaign(self, ask: Round, state: _State | None) -> Lease:
         """Read, acquire or renew, until etcd's answer says which (three races at most)."""
         election, candidate, fresh = ask.election, ask.me, False
         for _ in range(3):
@@ -155,28 +150,20 @@ class EtcdBackend(EtcdCampaign, Backend):
             fresh = True  # each path ends with what etcd has just said
         raise BackendUnavailable(f"acquiring election {election}: lost three races")
 
-    async def release(
-        self,
-        election: str,
-        candidate: Candidate,
-        term: int,
-        reason: EndReason | str = EndReason.RELEASED,
-        *,
-        reserve_for: str = "",
-        ttl: float = 0.0,
-        grant: bool = False,
-        version: str = "",
-    ) -> None:
+    async def release(self, release: Release) -> None:
         # ``version`` is not compared: a keepalive does not move the key's mod revision, so
         # no revision tells a renewal apart; the engine never leads on a term whose release
         # is in doubt (docs/etcd.md, "A release that lands late").
+        election, candidate, term = release.election, release.candidate, release.term
+        reason, reserve_for, ttl = release.reason, release.reserve_for, release.ttl
         state = self._states.get(election)
         if state is None or not mine(state, candidate):
             state = await self._read(election, DEFAULT_TIMEOUT)
         holder = state.holder
         if holder is None or not mine(state, candidate) or holder.term != term:
             return
-        if grant and not reserve_for and await self._grant_successor(election, state, reason, ttl):
+        heir = None if reserve_for else release.heir
+        if heir is not None and await self._grant_heir(election, state, reason, heir):
             return
         key = b64(self._key(election))
         success: list[dict[str, Any]] = [
@@ -217,18 +204,19 @@ class EtcdBackend(EtcdCampaign, Backend):
 
     # ---- the one-write hand-over (grant.py) --------------------------------------------
 
-    async def _grant_successor(
-        self, election: str, state: _State, reason: EndReason | str, ttl: float
+    async def _grant_heir(
+        self, election: str, state: _State, reason: EndReason | str, heir: Heir
     ) -> bool:
-        """End our term by putting the key under the freshest candidate's spare, term + 1.
-        False: no live candidate, or it changed or its spare is gone; release as before."""
+        """End our term by putting the key under the spare of the freshest candidate ``heir``
+        allows, term + 1. False: none, or it changed or its spare is gone; release as before."""
         holder, keys = state.holder, self._keys(election)
         assert holder is not None
-        offer = successor(
+        ttls = {(m.node_id, m.instance): m.ttl for m in self._members.get(election, ())}
+        offer = freshest_heir(
             self._offers.of(election),
-            holder.node_id,
+            heir,
             lambda o: self._member_clock.age(keys.member(Candidate(o.node_id, "", o.instance))),
-            ttl,
+            lambda o: ttls.get((o.node_id, o.instance)),
         )
         if offer is None:
             return False

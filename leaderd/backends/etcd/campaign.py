@@ -19,8 +19,8 @@ from ..base import (
 )
 from .gateway import EtcdError, b64
 from .state import TEND as _TEND
-from .state import Ask, kept_in
 from .state import Holder as _Holder
+from .state import Round, kept_in
 from .state import Spare as _Spare
 from .state import State as _State
 from .state import compare as _compare
@@ -32,7 +32,7 @@ from .view import LEASE_NOT_FOUND, EtcdView
 class EtcdCampaign(EtcdView):
     """The campaign's transactions and the lease keepalives of one etcd backend."""
 
-    async def _acquire(self, ask: Ask, state: _State) -> tuple[_State, Lease | None]:
+    async def _acquire(self, ask: Round, state: _State) -> tuple[_State, Lease | None]:
         """The transaction: take the free key and the next term, or learn who has them."""
         me, spare = ask.me, self._spares.pop(ask.election, None)
         if spare is None or not spare.ttl:  # none, or it had expired
@@ -89,7 +89,7 @@ class EtcdCampaign(EtcdView):
         state = self._remember(ask.election, _State(revision, holder, term, revision))
         return state, self._answer(ask.election, state, max(0.0, spare.left()))
 
-    async def _renew(self, ask: Ask, state: _State) -> tuple[_State, Lease | None]:
+    async def _renew(self, ask: Round, state: _State) -> tuple[_State, Lease | None]:
         """Keep our key's lease alive, and check that the key is still ours under it."""
         assert state.holder is not None
         ours, sent_at = state.holder, boottime()
@@ -107,7 +107,7 @@ class EtcdCampaign(EtcdView):
         # A lease the lessor found expired is lost even while its key still shows.
         return state, self._answer(ask.election, state, float(kept))
 
-    async def _look(self, ask: Ask) -> _State:
+    async def _look(self, ask: Round) -> _State:
         """A follower's round: read the election, and tend the spare meanwhile; without a
         spare, grant one first, so that this very round's heartbeat offers it."""
         spare = self._spares.get(ask.election)
@@ -117,7 +117,7 @@ class EtcdCampaign(EtcdView):
         state, _ = await asyncio.gather(self._read(ask.election, ask.left(), ask), self._tend(ask))
         return state
 
-    async def _tend(self, ask: Ask) -> None:
+    async def _tend(self, ask: Round) -> None:
         """Have a live spare: grant one, or keep it alive before it stops being fresh."""
         spare = self._spares.get(ask.election)
         try:
@@ -133,7 +133,7 @@ class EtcdCampaign(EtcdView):
         except BackendError:
             return  # the round's own request says what is wrong
 
-    async def _grant(self, ask: Ask) -> _Spare:
+    async def _grant(self, ask: Round) -> _Spare:
         sent_at = boottime()
         lease, ttl = await self._grant_lease(ask.ttl, ask.left())
         return _Spare(lease, ttl, sent_at, kept_in(ask))
@@ -147,7 +147,7 @@ class EtcdCampaign(EtcdView):
             raise BackendUnavailable(f"granting a lease: etcd answered {answer!r}")
         return lease, granted
 
-    async def _keepalive(self, lease: int, ask: Ask) -> int:
+    async def _keepalive(self, lease: int, ask: Round) -> int:
         """The lease's ttl from now on; 0 if it has expired."""
         body = {"ID": lease}
         answer = await self._call("/v3/lease/keepalive", body, ask.left(), "renewing the lease")

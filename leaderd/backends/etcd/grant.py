@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from ..asks import Heir
 from ..base import Candidate
 from .gateway import b64, unb64
 from .records import Keys
@@ -93,24 +94,24 @@ class Offers:
         self._offers.get(election, {}).pop((node_id, instance), None)
 
 
-def successor(
+def freshest_heir(
     offers: dict[tuple[str, str], Candidacy],
-    releaser: str,
+    heir: Heir,
     age: Callable[[Candidacy], float | None],
-    within: float,
+    ttl: Callable[[Candidacy], float | None],
 ) -> Candidacy | None:
-    """Of the candidates of another node id whose member record changed less than ``within``
-    seconds ago on this daemon's clock, the one of the highest priority (0 never), and of
-    those the one whose record changed most recently (docs/algorithm.md, "Who leads")."""
+    """Of the candidates ``heir`` allows (their member record changed less than the member's
+    own ``ttl`` times its window ago on this daemon's clock, ``age``), the one of the highest
+    priority, and of those the one whose record changed most recently; ties by node id and
+    instance, as the SQL backends order them (docs/algorithm.md, "Who leads")."""
     live = [
-        (seen, offer)
+        (-offer.priority, seen, offer.node_id, offer.instance, offer)
         for offer in offers.values()
-        if offer.node_id != releaser
-        and offer.priority > 0
-        and (seen := age(offer)) is not None
-        and seen < within
+        if (seen := age(offer)) is not None
+        and (own := ttl(offer)) is not None
+        and heir.may_inherit(offer.node_id, seen, own, offer.priority)
     ]
-    return min(live, key=lambda pair: (-pair[1].priority, pair[0]))[1] if live else None
+    return min(live, key=lambda found: found[:4])[4] if live else None
 
 
 def grant_txn(

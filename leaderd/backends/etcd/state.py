@@ -90,8 +90,8 @@ class Spare:
 
 
 @dataclass(frozen=True)
-class Ask:
-    """One request of the etcd backend: who asks, for how long, and until when it may take."""
+class Round:
+    """One request of the etcd backend in a round: who asks, for how long, and until when."""
 
     election: str
     me: Candidate
@@ -106,7 +106,7 @@ class Ask:
         return self.give_up - boottime()
 
 
-def kept_in(ask: Ask) -> dt.datetime:
+def kept_in(ask: Round) -> dt.datetime:
     """The round a grant or keepalive sent now is part of, as its heartbeat names it."""
     return dt.datetime.fromisoformat(ask.heard_at)
 

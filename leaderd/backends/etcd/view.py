@@ -20,8 +20,8 @@ from ..records import Member
 from .gateway import EtcdClient, EtcdSettings, b64, unb64
 from .grant import Offers
 from .records import Keys, MemberClock, now
-from .state import Ask, reservation
 from .state import Holder as _Holder
+from .state import Round, reservation
 from .state import Spare as _Spare
 from .state import State as _State
 from .state import compare as _compare
@@ -59,7 +59,7 @@ class EtcdView:
         self._me: dict[str, Candidate] = {}  # who asks, by election: whom a grant is for
         self._offers = Offers()
 
-    async def _read(self, election: str, timeout: float, ask: Ask | None = None) -> _State:
+    async def _read(self, election: str, timeout: float, ask: Round | None = None) -> _State:
         """The keys of an election and its members, in one transaction (one revision);
         with ``ask``, that member's heartbeat too."""
         names = (self._key(election), self._term_key(election), self._reserved_key(election))
@@ -73,7 +73,7 @@ class EtcdView:
         await self._prune(election, max(0.001, timeout / 2))
         return self._remember(election, self._parse(answer))
 
-    def _heard(self, ask: Ask | None, spare: _Spare | None = None) -> list[dict[str, Any]]:
+    def _heard(self, ask: Round | None, spare: _Spare | None = None) -> list[dict[str, Any]]:
         """The operations of a member's heartbeat (and of a term it lost etcd in), and of
         its candidacy: withdrawn when not campaigning, else offering ``spare``."""
         if ask is None:
@@ -83,7 +83,7 @@ class EtcdView:
         heard = keys.heard(ask.me, ask.ttl, ask.heard_at, ask.campaigning)
         return [heard, *lost, *self._offer(ask, spare)]
 
-    def _offer(self, ask: Ask, spare: _Spare | None) -> list[dict[str, Any]]:
+    def _offer(self, ask: Round, spare: _Spare | None) -> list[dict[str, Any]]:
         """Withdraw the candidacy when not campaigning; offer a spare the candidate key does
         not name yet, kept alive by a known round (grant.py)."""
         me, keys = ask.me, self._keys(ask.election)

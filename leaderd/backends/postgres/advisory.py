@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...clock import boottime
+from ..asks import Ask, Release
 from ..base import (
     Backend,
     BackendError,
@@ -49,17 +50,6 @@ __all__ = ["PostgresAdvisoryBackend", "advisory_key", "session_settings"]
 
 _DEFAULT_TIMEOUT = 5.0
 _PENDING_READS = 12  # about 0.15 s of re-reads while a new holder claims its row
-
-
-@dataclasses.dataclass(frozen=True)
-class _Ask:
-    """What one acquire_or_renew asks for."""
-
-    candidate: Candidate
-    ttl: float
-    takeover: str
-    min_term: int
-    lost_term: int
 
 
 class PostgresAdvisoryBackend(LockSessions, Backend):
@@ -113,56 +103,32 @@ class PostgresAdvisoryBackend(LockSessions, Backend):
         read = functools.partial(self._read, s, _DEFAULT_TIMEOUT, candidate, ttl)
         return self._saw(s, await self._guard(s, "reading the lock", _DEFAULT_TIMEOUT, read))
 
-    async def acquire_or_renew(
-        self,
-        election: str,
-        candidate: Candidate,
-        ttl: float,
-        timeout: float,
-        wait: float = 0.0,
-        *,
-        takeover: str = "",
-        min_term: int = 0,
-        lost_term: int = 0,
-    ) -> Lease:
-        s = self._session(election)
-        ask = _Ask(candidate, float(ttl), takeover, min_term, lost_term)
+    async def acquire_or_renew(self, ask: Ask) -> Lease:
+        s, timeout = self._session(ask.election), ask.timeout
         if s.term is not None and s.conn is not None and not s.conn.is_closed():
             lease = await self._renew(s, ask, timeout)
         else:
             s.term = None
             # Not held, or the session ended under the holder: a new session may renew
             # (the row is still this process's and live) or acquire.
-            campaign = functools.partial(self._campaign, s, ask, wait, timeout)
+            campaign = functools.partial(self._campaign, s, ask, ask.wait, timeout)
             lease = await self._guard(s, "acquiring the lock", timeout, campaign)
         return self._saw(s, lease)
 
-    async def release(
-        self,
-        election: str,
-        candidate: Candidate,
-        term: int,
-        reason: EndReason | str = EndReason.RELEASED,
-        *,
-        reserve_for: str = "",
-        ttl: float = 0.0,
-        grant: bool = False,
-        version: str = "",
-    ) -> None:
-        s = self._session(election)
+    async def release(self, release: Release) -> None:
+        s, term, to = self._session(release.election), release.term, release.reserve_for
         if s.term is not None and s.term != term:
             return  # this session holds another term: the row cannot match
         holding, s.term = s.term is not None, None
 
         async def mark_then_unlock() -> None:
             conn = await self._connection(s, s.ttl, _DEFAULT_TIMEOUT)
-            me = candidate
+            me = release.candidate
             args = (s.election, me.node_id, me.instance, term, self._listener.channel)
-            reservation = (reserve_for, float(ttl) if reserve_for else 0.0)
-            release = self._sql["release"]
+            reservation = (to, float(release.ttl) if to else 0.0)
             # Committed before the lock is freed.
-            ended = end_text(reason, reserve_for)
-            await conn.fetchval(release, *args, *reservation, ended, version)
+            ended = end_text(release.reason, to)
+            await conn.fetchval(self._sql["release"], *args, *reservation, ended, release.version)
             if holding:
                 await conn.fetchval(sql.UNLOCK, s.key)
 
@@ -195,7 +161,7 @@ class PostgresAdvisoryBackend(LockSessions, Backend):
 
     # -- the paths ---------------------------------------------------------------
 
-    async def _renew(self, s: Session, ask: _Ask, timeout: float) -> Lease:
+    async def _renew(self, s: Session, ask: Ask, timeout: float) -> Lease:
         """The holder's keepalive. A failure is in doubt: the lock may still be this
         session's, and the engine leads until its deadline (at most one ttl after the last
         renewal was sent), so the session is kept, and retried, until then; closing it
@@ -209,7 +175,7 @@ class PostgresAdvisoryBackend(LockSessions, Backend):
                 s.term, s.stale = None, True  # the engine's deadline has passed: let go
             raise
 
-    async def _campaign(self, s: Session, ask: _Ask, wait: float, timeout: float) -> Lease:
+    async def _campaign(self, s: Session, ask: Ask, wait: float, timeout: float) -> Lease:
         deadline = boottime() + timeout
         conn = await self._connection(s, ask.ttl, timeout)
         if not s.granted:
@@ -245,14 +211,14 @@ class PostgresAdvisoryBackend(LockSessions, Backend):
             s.granted = False
         return lease
 
-    async def _cas(self, s: Session, ask: _Ask) -> Any:
+    async def _cas(self, s: Session, ask: Ask) -> Any:
         me = ask.candidate
         args = (s.election, s.key, me.node_id, me.instance, me.address, ask.ttl,
                 self._listener.channel, ask.takeover, ask.min_term, s.started,
                 me.leaderd_version, ask.lost_term, me.priority, me.health)  # fmt: skip
         return await s.cas.fetchrow(*args)
 
-    async def _plan(self, s: Session, ask: _Ask) -> None:
+    async def _plan(self, s: Session, ask: Ask) -> None:
         """Run the claim, the reads and the release once, in a transaction rolled back,
         before the session first waits in the lock queue. The server plans them now (the
         session's plan_cache_mode keeps generic plans, conn.py) and loads their catalog
@@ -270,7 +236,7 @@ class PostgresAdvisoryBackend(LockSessions, Backend):
                                   channel, "", 0.0, EndReason.RELEASED.value, "")  # fmt: skip
         s.planned = True
 
-    def _claimed(self, s: Session, ask: _Ask, row: Any, sent: float) -> Lease:
+    def _claimed(self, s: Session, ask: Ask, row: Any, sent: float) -> Lease:
         """The answer of the CAS statement, as this session's state and a lease."""
         self._check_pid(s, s.conn, row["session_pid"])
         if not row["locked"]:

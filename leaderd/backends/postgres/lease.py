@@ -27,6 +27,7 @@ from typing import Any
 
 import asyncpg
 
+from ..asks import Ask, Heir, Release
 from ..base import Backend, BackendUnavailable, Candidate, Capabilities, Grant, Lease, heard_in
 from ..records import EndReason, Tenure, end_text
 from . import records
@@ -115,16 +116,18 @@ _OBSERVE_ARGS = {"e": "$1", "n": "$2", "i": "$3", "a": "$4", "ttl": "$5", "v": "
                  "who": records.who("$7", "$8")}  # fmt: skip
 
 # $1 election, $2 node id, $3 instance, $4 term, $5 channel, $6 reserved for ('': none),
-# $7 the reservation's seconds, $8 end reason, $9 grant: hand the lease to the live campaigning
-# member of another node id of the highest priority (0 never), the freshest of those
+# $7 the reservation's seconds, $8 end reason, $9 and $11-$13 the heir (NULL: none): hand
+# the lease to the campaigning member of another node id than $11 heard within $9 of its own
+# ttl, of priority $12 or more and, if $13, healthy; the highest priority, then the freshest
 # (docs/algorithm.md, "One-write hand-over" and "Who leads"), expiring its ttl after it was
-# last heard; the member hears of it by the "granted" NOTIFY. $10 the
-# version last answered ('': any): a late release after a renewal matches nothing.
+# last heard; the member hears of it by the "granted" NOTIFY. $10 the version last answered
+# ('': any): a late release after a renewal matches nothing.
 _RELEASE = f"""
-WITH successor AS MATERIALIZED (
+WITH heir AS MATERIALIZED (
     SELECT node_id, instance, address, ttl, heard_at FROM {{m}}
-    WHERE $9::boolean AND $6::text = '' AND election = $1 AND campaigning AND node_id <> $2
-      AND priority > 0 AND heard_at > now() - make_interval(secs => ttl / 2)
+    WHERE $9::float8 IS NOT NULL AND $6::text = '' AND election = $1 AND campaigning
+      AND node_id <> $11::text AND heard_at > now() - make_interval(secs => ttl * $9::float8)
+      AND priority >= $12::integer AND (health = '' OR NOT $13::boolean)
       AND octet_length(node_id) + octet_length(address) + octet_length($1) < 4000
     ORDER BY priority DESC, heard_at DESC, node_id, instance LIMIT 1
 ), released AS (
@@ -133,7 +136,7 @@ WITH successor AS MATERIALIZED (
         acquired_at = CASE WHEN s.node_id IS NULL THEN l.acquired_at ELSE now() END,
         renewed_at = now(), expires_at = coalesce(s.heard_at + make_interval(secs => s.ttl), now()),
         version = l.version + 1, {RESERVE}
-    FROM (SELECT 1) AS one LEFT JOIN successor AS s ON true
+    FROM (SELECT 1) AS one LEFT JOIN heir AS s ON true
     WHERE l.election = $1 AND l.holder = $2 AND l.instance = $3 AND l.term = $4
       AND ($10::text = '' OR {version_sql("l")} = $10::text)
     RETURNING l.election, $4::bigint AS term, l.term AS new_term, l.holder, l.instance,
@@ -201,47 +204,27 @@ class PostgresLeaseBackend(Backend):
             rows = await self._request(doing, _DEFAULT_TIMEOUT, self._sql_observe_heard, *args)
         return self._saw(heard_in(_lease(election, rows[0] if rows else None, me, ttl), me))
 
-    async def acquire_or_renew(
-        self,
-        election: str,
-        candidate: Candidate,
-        ttl: float,
-        timeout: float,
-        wait: float = 0.0,
-        *,
-        takeover: str = "",
-        min_term: int = 0,
-        lost_term: int = 0,
-    ) -> Lease:
-        me = candidate
-        args = (election, me.node_id, me.instance, me.address, float(ttl), self._listener.channel,
-                takeover, min_term, me.leaderd_version, lost_term, me.priority,
-                me.health)  # fmt: skip
+    async def acquire_or_renew(self, ask: Ask) -> Lease:
+        election, me = ask.election, ask.candidate
+        args = (election, me.node_id, me.instance, me.address, float(ask.ttl),
+                self._listener.channel, ask.takeover, ask.min_term, me.leaderd_version,
+                ask.lost_term, me.priority, me.health)  # fmt: skip
         for _ in range(3):
-            rows = await self._request("acquiring the lease", timeout, self._sql_acquire, *args)
+            rows = await self._request("acquiring the lease", ask.timeout, self._sql_acquire, *args)
             if rows:
-                return self._saw(heard_in(_lease(election, rows[0], me, ttl, True), me))
+                return self._saw(heard_in(_lease(election, rows[0], me, ask.ttl, True), me))
             # A concurrent first INSERT won, after this statement's snapshot: read again.
         raise BackendUnavailable(f"acquiring the lease on {self.description}: lost three races")
 
-    async def release(
-        self,
-        election: str,
-        candidate: Candidate,
-        term: int,
-        reason: EndReason | str = EndReason.RELEASED,
-        *,
-        reserve_for: str = "",
-        ttl: float = 0.0,
-        grant: bool = False,
-        version: str = "",
-    ) -> None:
-        me = candidate
-        args = (election, me.node_id, me.instance, term, self._listener.channel)
-        ended = end_text(reason, reserve_for)
-        reservation = (reserve_for, float(ttl) if reserve_for else 0.0, ended)
+    async def release(self, release: Release) -> None:
+        me, to, heir = release.candidate, release.reserve_for, release.heir
+        args = (release.election, me.node_id, me.instance, release.term, self._listener.channel)
+        reservation = (to, float(release.ttl) if to else 0.0, end_text(release.reason, to))
+        heir = heir or Heir("", heard_within_ttls=0.0)
+        window = None if release.heir is None else heir.heard_within_ttls
+        heir_args = (window, release.version, heir.releaser, heir.min_priority, heir.healthy)
         await self._request("releasing the lease", _DEFAULT_TIMEOUT, self._sql_release,
-                            *args, *reservation, grant, version)  # fmt: skip
+                            *args, *reservation, *heir_args)  # fmt: skip
 
     async def history(self, election: str, limit: int) -> list[Tenure]:
         doing = "reading the history"
@@ -287,7 +270,7 @@ class PostgresLeaseBackend(Backend):
             self._table_ready = True
         async with rolled_back(conn):
             await conn.fetch(self._sql_release, "", "", "", -1, self._listener.channel, "", 0.0,
-                             EndReason.RELEASED.value, True, "")  # fmt: skip
+                             EndReason.RELEASED.value, 0.5, "", "", 1, True)  # fmt: skip
 
 
 class _Pool:

@@ -25,6 +25,7 @@ from typing import Any
 import aiosqlite
 
 from ...clock import boottime, wall_time
+from ..asks import Ask, Release
 from ..base import (
     Backend,
     BackendError,
@@ -35,7 +36,7 @@ from ..base import (
     Lease,
     heard_in,
 )
-from ..records import EndReason, Member, Tenure, end_text
+from ..records import Member, Tenure, end_text
 from . import grant as sqlite_grant
 from . import records
 from .boundary import Run, T, translate, whole
@@ -130,31 +131,21 @@ class SQLiteBackend(Backend):
         db.execute("COMMIT")
         return row, now, members
 
-    async def acquire_or_renew(
-        self,
-        election: str,
-        candidate: Candidate,
-        ttl: float,
-        timeout: float,
-        wait: float = 0.0,
-        *,
-        takeover: str = "",
-        min_term: int = 0,
-        lost_term: int = 0,
-    ) -> Lease:
-        ask = {
+    async def acquire_or_renew(self, ask: Ask) -> Lease:
+        election, candidate = ask.election, ask.candidate
+        params = {
             "election": election,
             "holder": candidate.node_id,
             "instance": candidate.instance,
             "address": candidate.address,
-            "ttl": ttl,
-            "min_term": min_term,
-            "takeover": int(takeover) if takeover.isdigit() else -1,
-            "lost_term": lost_term,
+            "ttl": ask.ttl,
+            "min_term": ask.min_term,
+            "takeover": int(ask.takeover) if ask.takeover.isdigit() else -1,
+            "lost_term": ask.lost_term,
         }
         self._me[election] = candidate
-        async with self._request("acquire", timeout) as run:
-            row, now, members = await run(self._claim, ask, candidate)
+        async with self._request("acquire", ask.timeout) as run:
+            row, now, members = await run(self._claim, params, candidate)
             return heard_in(self._lease(election, row, now, members), candidate)
 
     def _claim(
@@ -194,42 +185,30 @@ class SQLiteBackend(Backend):
         self._proof.settle(election, names(row, me))
         return row, now, members
 
-    async def release(
-        self,
-        election: str,
-        candidate: Candidate,
-        term: int,
-        reason: EndReason | str = EndReason.RELEASED,
-        *,
-        reserve_for: str = "",
-        ttl: float = 0.0,
-        grant: bool = False,
-        version: str = "",
-    ) -> None:
+    async def release(self, release: Release) -> None:
         async with self._request("release", self._busy_timeout) as run:
             params = {
-                "election": election,
-                "holder": candidate.node_id,
-                "instance": candidate.instance,
-                "term": term,
-                "reserve_for": reserve_for,
-                "reserve_ttl": ttl if reserve_for else 0.0,
+                "election": release.election,
+                "holder": release.candidate.node_id,
+                "instance": release.candidate.instance,
+                "term": release.term,
+                "reserve_for": release.reserve_for,
+                "reserve_ttl": release.ttl if release.reserve_for else 0.0,
                 "boot_id": self._boot_id,
-                "version": version,
+                "version": release.version,
             }
             # One transaction: its commit bumps data_version, which wakes standbys.
-            await run(self._release, params, reason, grant and not reserve_for)
+            await run(self._release, params, release)
 
-    def _release(
-        self, db: sqlite3.Connection, params: dict[str, Any], reason: EndReason | str, grant: bool
-    ) -> None:
+    def _release(self, db: sqlite3.Connection, params: dict[str, Any], release: Release) -> None:
         db.execute("BEGIN IMMEDIATE")
         wall = wall_time()  # read under the write lock, as the member ages it compares
         params = {**params, "wall": iso(wall), "wall_seconds": wall, "now": boottime()}
-        granted = grant and sqlite_grant.grant(db, self.table, params)
+        heir = None if release.reserve_for else release.heir
+        granted = heir is not None and sqlite_grant.grant(db, self.table, params, heir)
         ended = granted or db.execute(RELEASE.format(table=self.table), params).rowcount > 0
         if ended:
-            records.released(db, self.table, params, end_text(reason, params["reserve_for"]))
+            records.released(db, self.table, params, end_text(release.reason, release.reserve_for))
         records.withdrawn(db, self.table, params)
         db.execute("COMMIT")
         self._proof.settle(params["election"], mine=not ended)  # a release that missed keeps it

@@ -1,0 +1,115 @@
+"""How the HTTP API's paths answer each method (docs/api.md, "Methods").
+
+A path that answers GET answers HEAD and OPTIONS with the same handler, so the three give
+the same status and headers (OPTIONS adds ``Allow``): a balancer that checks with
+``option httpchk OPTIONS /leader``, as Patroni's recipes do, sees 503 on a follower.
+A wrong method gets 405 with ``Allow``; an unknown path 404, whatever the method.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from .. import jsonio
+from .connections import Connection
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_JSON = "application/json"
+# OPTIONS / is HAProxy's bare `option httpchk`: "is this listener there", nothing more.
+_ROOT_ALLOW = "GET, HEAD, POST, OPTIONS"
+
+
+def error(status: int, code: str, message: str) -> web.Response:
+    body = jsonio.dumps({"error": {"code": code, "message": message}})
+    return web.Response(body=body, status=status, content_type=_JSON)
+
+
+def route_get(app: web.Application, path: str, handler: Handler) -> None:
+    """``path`` answers GET, HEAD and OPTIONS alike with ``handler``."""
+    allow = "GET, HEAD, OPTIONS"
+    _route(app, path, {"GET": handler, "HEAD": handler, "OPTIONS": _allowing(handler, allow)})
+
+
+def route_post(app: web.Application, path: str, handler: Handler) -> None:
+    """``path`` answers POST; OPTIONS only says so (there is no GET to answer like)."""
+    allow = "POST, OPTIONS"
+    _route(app, path, {"POST": handler, "OPTIONS": _options(allow)})
+
+
+def route_fallback(app: web.Application, not_found: Handler) -> None:
+    """Every other path: 404 for any method, but 200 with ``Allow`` for ``OPTIONS /``."""
+
+    async def options(request: web.Request) -> web.StreamResponse:
+        if request.path == "/":
+            return web.Response(status=200, headers={"Allow": _ROOT_ALLOW})
+        return await not_found(request)
+
+    fallback = app.router.add_resource("/{path:.*}", name="fallback")
+    fallback.add_route("OPTIONS", options)
+    fallback.add_route("*", _tracked(not_found))
+
+
+def api_routes(app: web.Application) -> set[tuple[str, str]]:
+    """(method, path) of every route the app serves, without the error fallbacks and
+    OPTIONS (which every path answers)."""
+    routes = set()
+    for route in app.router.routes():
+        info = route.resource.get_info() if route.resource else {}
+        path = info.get("path") or info.get("formatter")
+        if route.method not in ("*", "OPTIONS") and path is not None:
+            routes.add((route.method, str(path)))
+    return routes
+
+
+def _route(app: web.Application, path: str, handlers: dict[str, Handler]) -> None:
+    resource = app.router.add_resource(path)
+    for method, handler in handlers.items():
+        resource.add_route(method, _tracked(handler))
+    allow = ", ".join(handlers)
+
+    async def method_not_allowed(request: web.Request) -> web.Response:
+        message = f"{request.method} is not allowed on {path}; use {allow}"
+        response = error(405, "method_not_allowed", message)
+        response.headers["Allow"] = allow
+        return response
+
+    resource.add_route("*", _tracked(method_not_allowed))
+
+
+def _tracked(handler: Handler) -> Handler:
+    """Tell the connection a request is in progress: no header or idle timeout then."""
+
+    @functools.wraps(handler)
+    async def run(request: web.Request) -> web.StreamResponse:
+        connection = request.protocol
+        if not isinstance(connection, Connection):  # aiohttp's test server
+            return await handler(request)
+        connection.request_started()
+        try:
+            return await handler(request)
+        finally:
+            connection.request_finished()
+
+    return run
+
+
+def _allowing(handler: Handler, allow: str) -> Handler:
+    """The GET answer, with ``Allow`` added (the one header OPTIONS owes)."""
+
+    async def options(request: web.Request) -> web.StreamResponse:
+        response = await handler(request)
+        response.headers["Allow"] = allow
+        return response
+
+    return options
+
+
+def _options(allow: str) -> Handler:
+    async def options(request: web.Request) -> web.Response:
+        return web.Response(status=200, headers={"Allow": allow})
+
+    return options

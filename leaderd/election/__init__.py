@@ -1,0 +1,1 @@
+"""The election: the engine and its rules, what it watches and remembers, the node."""

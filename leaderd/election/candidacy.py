@@ -1,0 +1,46 @@
+"""Who may ask for the lease, and when a leader whose health checks fail hands over
+(docs/algorithm.md, "Who leads"). Pure rules: the engine feeds in its candidate (whose
+priority and health every heartbeat writes) and the members its last answer listed.
+
+None of this lets anyone past the takeover rule, the term or self-fencing: a node that may
+not campaign only sends reads, and a leader that hands over does so by the ordinary resign.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..backends.asks import Heir
+from ..backends.base import Candidate
+from ..backends.records import Member
+
+
+def barred(candidate: Candidate) -> str:
+    """Why this node may not ask for a lease it does not hold ("" if it may)."""
+    if candidate.priority == 0:
+        return "priority 0 (a witness: it never leads)"
+    return f"unhealthy: {candidate.health}" if candidate.health else ""
+
+
+def heirs(members: Sequence[Member], heir: Heir, elapsed: float) -> list[Member]:
+    """The members ``heir`` allows a grant to go to (campaigning ones, judged ``elapsed``
+    seconds after the answer that listed them), best first: the highest priority, then the
+    freshest. What a leader sees before it hands over; the backend decides in its write."""
+    able = [
+        m
+        for m in members
+        if m.campaigning
+        and heir.may_inherit(m.node_id, m.heard_ago + elapsed, m.ttl, m.priority, m.health)
+    ]
+    return sorted(able, key=lambda m: (-m.priority, m.heard_ago))
+
+
+def hands_over(policy: str, me: Candidate, able: Sequence[Member]) -> bool:
+    """Whether a leader whose checks fail (``me.health``) gives the lease up now:
+    ``handover`` only to a healthy standby (``able``), ``step-down`` always, ``keep`` never.
+    handover is the default because stepping down with nobody healthy to take over leaves
+    the election leaderless for a ttl at least, which an application that is half up
+    rarely prefers."""
+    if not me.health or policy == "keep":
+        return False
+    return policy == "step-down" or bool(able)

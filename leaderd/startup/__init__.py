@@ -1,0 +1,1 @@
+"""Start-up: the command line, configuration, limits, early signals, the daemon."""

@@ -1,0 +1,1 @@
+"""Supervision of `leaderd run -- COMMAND`: the child, its keeper, the guard and containment."""
