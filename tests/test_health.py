@@ -165,7 +165,7 @@ def test_checks_for_all_and_for_one_election(tmp_path: Path) -> None:
         'check = ["exec:true"]\ncheck_interval = 3\npriority = 2\n'
         "[elections.a]\n"
         'check = [{target = "tcp://127.0.0.1:9", timeout = 0.5}]\non_unhealthy = "keep"\n'
-        "[elections.b]\npriority = 0\n"
+        "[elections.b]\npriority = 0\nfailback = 30\n"
     )
     a, b = load({"elections": None}, ENV, file=str(path)).elections
     assert [c.target for c in a.eligibility.checks] == ["exec:true", "tcp://127.0.0.1:9"]
@@ -173,6 +173,7 @@ def test_checks_for_all_and_for_one_election(tmp_path: Path) -> None:
     assert a.eligibility.checks[1].timeout == 0.5
     assert (a.eligibility.priority, a.eligibility.on_unhealthy) == (2, "keep")
     assert (b.eligibility.priority, b.eligibility.on_unhealthy) == (0, "handover")
+    assert (a.eligibility.failback, b.eligibility.failback) == (None, 30.0)  # off by default
     flags = {"check": ["http://127.0.0.1:8080/ok"], "priority": 5}
     a, _ = load(flags, ENV, file=str(path)).elections
     assert [c.target for c in a.eligibility.checks] == ["http://127.0.0.1:8080/ok",

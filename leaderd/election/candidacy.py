@@ -44,3 +44,38 @@ def hands_over(policy: str, me: Candidate, able: Sequence[Member]) -> bool:
     if not me.health or policy == "keep":
         return False
     return policy == "step-down" or bool(able)
+
+
+class Failback:
+    """``--failback DELAY``: a leader hands over to a standby of higher priority once it has
+    seen it able to inherit (healthy, campaigning, fresh) at every one of its own rounds for
+    ``delay`` seconds; one round without it starts the count again, so a flapping node never
+    draws leadership (hysteresis). None: off."""
+
+    def __init__(self, delay: float | None) -> None:
+        self.delay = delay
+        self._since: dict[str, float] = {}  # node id -> first of the rounds that listed it
+
+    def due(self, able: Sequence[Member], me: Candidate, now: float) -> str:
+        """The node id to hand over to now ("" for none); ``able``: best first (heirs)."""
+        if self.delay is None:
+            return ""
+        better = [m.node_id for m in able if m.priority > me.priority]
+        self._since = {n: self._since.get(n, now) for n in better}
+        return next((n for n in better if now - self._since[n] >= self.delay), "")
+
+    def reset(self) -> None:
+        """Not leading: what a later term sees counts from then."""
+        self._since = {}
+
+
+def decide(
+    policy: str, failback: Failback, me: Candidate, able: Sequence[Member], now: float
+) -> tuple[str, str] | None:
+    """What a leader does after its round (``able``: heirs, best first): None, keep leading;
+    else hand over, to (node id, "" for whoever the grant picks) with (end reason)."""
+    if hands_over(policy, me, able):
+        how = "handed over" if able else "stepped down"
+        return "", f"{how}: leader unhealthy ({me.health})"
+    to = failback.due(able, me, now)
+    return (to, f"handed over: failback to {to}") if to else None

@@ -25,7 +25,7 @@ from ..backends.records import HISTORY_RETENTION, LEFT_TTL, EndReason
 from ..clock import Clock, SystemClock
 from ..events import Event, extra
 from .answers import ElectionAnswers
-from .candidacy import barred, hands_over, heirs
+from .candidacy import Failback, barred, decide, heirs
 from .heir import heir_of
 from .history import History
 from .release_doubt import version_of
@@ -62,6 +62,7 @@ class Election(ElectionAnswers):
         # what it does when they fail while it leads.
         self.unhealthy: Callable[[], str] = str
         self.on_unhealthy = "handover"
+        self.failback = Failback(None)
         self._end_reason = ""  # how the next release ends the term, when neither resign nor stop
         self._backend = backend
         self._poke = asyncio.Event()
@@ -160,7 +161,7 @@ class Election(ElectionAnswers):
         self._heartbeats.note(lease, t_send)
         self._log_notes(self.state.on_lease(lease, request, t_send, now))
         self._refresh(now)
-        self._hand_over_if_unhealthy(now)
+        self._who_leads(now)
         await self._read_history(lease, bool(request.ask.lost_term))
         return self.state.next_round(request, t_send, self._clock.now())
 
@@ -175,19 +176,19 @@ class Election(ElectionAnswers):
             self.state.candidate = self.candidate
         self.state.barred = barred(self.candidate)
 
-    def _hand_over_if_unhealthy(self, now: float) -> None:
-        """A leader whose checks fail resigns, the ordinary way (child stopped first), when
-        its on_unhealthy policy says so; a backend that grants gives the lease to the best
-        healthy standby, as no unhealthy one campaigns."""
+    def _who_leads(self, now: float) -> None:
+        """After a leader's round: hand over, the ordinary way (child stopped first), when
+        its checks fail and on_unhealthy says so, or by --failback (candidacy.decide); a
+        reservation names the node where the backend reserves, else the grant picks it."""
         if not self.state.leading(now):
-            return
+            return self.failback.reset()
         able = heirs(self._heard, heir_of(self.candidate), now - self._heard_at)
-        if hands_over(self.on_unhealthy, self.candidate, able):
-            how = "handed over" if able else "stepped down"
-            self._end_reason = f"{how}: leader unhealthy ({self.candidate.health})"
+        decided = decide(self.on_unhealthy, self.failback, self.candidate, able, now)
+        if decided is not None:
+            to, self._end_reason = decided
             log.warning("election %s, term %d: %s", self.name, self.state.held_term,
                         self._end_reason)  # fmt: skip
-            self.resign(0.0)
+            self.resign(0.0, to if self.reserves else "")
 
     def _take_grant(self, grant: Grant) -> float | None:
         """Lead on a release's grant, self-fencing from the request whose heartbeat its

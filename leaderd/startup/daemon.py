@@ -25,6 +25,7 @@ from ..api.listener import SocketInUse, SocketPathError, UnixListener
 from ..api.metrics import Metrics
 from ..api.server import build_app, serve
 from ..backends import Backend, BackendFatal, BackendUnavailable, Candidate, backend_from_url
+from ..election.candidacy import Failback
 from ..election.engine import Election
 from ..election.node import Node
 from ..events import Event, extra
@@ -139,6 +140,7 @@ class Daemon:
             me = replace(candidate, priority=e.eligibility.priority)
             election = elections[e.name] = Election(e.name, me, e.timing, backend)
             election.on_unhealthy = e.eligibility.on_unhealthy
+            election.failback = Failback(e.eligibility.failback)
             election.unhealthy = health.attach(e.name, e.eligibility.checks, election.poke)
         node = Node(cfg.node_id, backend, elections, health.describe)
         self._node = node

@@ -11,7 +11,9 @@ election (``[elections.NAME]``, which beats the file's top level, never a flag o
   ``check_grace``: the timing of checks that do not give their own;
 - ``priority``: 1 by default; a standby of higher priority is chosen first; 0 never leads
   (a witness, still listed among the members);
-- ``on_unhealthy``: handover (the default), step-down or keep.
+- ``on_unhealthy``: handover (the default), step-down or keep;
+- ``failback``: seconds a healthy standby of higher priority must be seen before the leader
+  hands over to it (off by default).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from ..supervision.checks import CheckError, CheckSpec
 ON_UNHEALTHY = ("handover", "step-down", "keep")
 # Setting -> the CheckSpec field it sets by default.
 _CHECK_TIMING = {f"check_{f.name}": f.name for f in fields(CheckSpec) if f.name != "target"}
-ELECTION_KEYS = ("check", "priority", "on_unhealthy", *_CHECK_TIMING)
+ELECTION_KEYS = ("check", "priority", "on_unhealthy", "failback", *_CHECK_TIMING)
 ENV = {key: f"LEADERD_{key.upper()}" for key in ELECTION_KEYS if key != "check"}
 MAX_PRIORITY = 1_000_000
 
@@ -41,6 +43,7 @@ class Eligibility:
     checks: tuple[CheckSpec, ...] = ()
     priority: int = 1
     on_unhealthy: str = "handover"
+    failback: float | None = None  # seconds; None: off
 
     @property
     def witness(self) -> bool:
@@ -65,6 +68,7 @@ def eligibility(
         checks=tuple(dict.fromkeys(checks)),
         priority=_priority(name, layered.get("priority", 1)),
         on_unhealthy=_on_unhealthy(name, layered.get("on_unhealthy", "handover")),
+        failback=_failback(name, layered.get("failback")),
     )
 
 
@@ -114,3 +118,16 @@ def _on_unhealthy(name: str, value: Any) -> str:
         raise EligibilityError(f"election {name}: on_unhealthy must be one of {allowed} "
                                f"(got {value!r})")  # fmt: skip
     return str(value)
+
+
+def _failback(name: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        delay = float(value)
+    except (TypeError, ValueError):
+        delay = -1.0
+    if not 0 <= delay < float("inf"):
+        raise EligibilityError(f"election {name}: failback must be a number of seconds >= 0 "
+                               f"(got {value!r})")  # fmt: skip
+    return delay

@@ -50,6 +50,8 @@ DAEMON_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                                         "(default: 0)"}),
     (("--priority",), {"type": int, "metavar": "N",
                        "help": "higher leads first; 0 never leads, a witness (default: 1)"}),
+    (("--failback",), {**_S, "help": "hand over to a healthy standby of higher priority "
+                                     "seen for S seconds (default: off)"}),
     (("--on-unhealthy",), {"choices": ("handover", "step-down", "keep"),
                            "help": "a leader whose checks fail with no healthy standby: keep "
                                    "leading until one exists (handover, the default), "

@@ -11,7 +11,7 @@ import pytest
 
 from leaderd.backends.base import Candidate
 from leaderd.backends.records import Member
-from leaderd.election.candidacy import barred, hands_over, heirs
+from leaderd.election.candidacy import Failback, barred, decide, hands_over, heirs
 from leaderd.election.heir import heir_of
 from leaderd.election.state import MIN_DELAY
 
@@ -101,3 +101,38 @@ def test_a_witness_never_leads_even_alone() -> None:
         assert n.request is not None and not n.request.campaigning
         assert n.role().value == "follower" and n.s.held_term is None
         n.at(15)
+
+
+def test_failback_waits_for_a_better_standby_seen_at_every_round_for_its_delay() -> None:
+    failback = Failback(2.0)
+    better, worse = member("b", priority=2), member("c", priority=1, ago=0.1)
+    assert failback.due([better, worse], ME, now=10.0) == ""  # first seen
+    assert failback.due([better, worse], ME, now=11.5) == ""
+    assert failback.due([better, worse], ME, now=12.0) == "b"  # 2 s at every round
+    assert Failback(None).due([better], ME, now=99.0) == ""  # off by default
+
+
+def test_failback_starts_over_when_a_round_misses_the_standby() -> None:
+    """Hysteresis: a node that flaps between rounds never draws leadership."""
+    failback, better = Failback(2.0), member("b", priority=2)
+    for at in (10.0, 11.0, 13.0, 14.0, 16.0, 17.0):
+        assert failback.due([better], ME, now=at) == ""
+        assert failback.due([], ME, now=at + 0.5) == ""  # unhealthy at this round
+    assert failback.due([better], ME, now=20.0) == ""
+    assert failback.due([better], ME, now=22.0) == "b"
+
+
+def test_a_leader_decides_unhealthy_hand_over_before_failback() -> None:
+    sick = dataclasses.replace(ME, health=SICK)
+    b = member("b", priority=2)
+    failback = Failback(0.0)
+    assert decide("handover", failback, sick, [b], 1.0) == (
+        "",
+        f"handed over: leader unhealthy ({SICK})",
+    )
+    assert decide("step-down", failback, sick, [], 1.0) == (
+        "",
+        f"stepped down: leader unhealthy ({SICK})",
+    )
+    assert decide("handover", failback, ME, [b], 1.0) == ("b", "handed over: failback to b")
+    assert decide("handover", Failback(None), ME, [b], 1.0) is None

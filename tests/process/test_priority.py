@@ -78,3 +78,27 @@ def test_a_witness_is_listed_and_never_leads_even_alone(workdir: str) -> None:
         assert not witness.is_leader()
         assert roles(witness)["node-w"] == "witness"
     assert witness.stop() == 0
+
+
+@pytest.mark.parametrize("failback", [True, False])
+def test_failback_hands_back_to_a_higher_priority_standby(workdir: str, failback: bool) -> None:
+    """--failback 1: node-a (priority 1) leads, node-b (priority 2) comes up; node-a hands it
+    over once it has seen node-b able for 1 s. Without --failback node-a keeps it."""
+    more = ["--failback", "1"] if failback else []
+    a = Daemon("node-a", f"sqlite://{workdir}/lease.db", workdir=workdir, ttl=TTL,
+               extra_args=["--priority", "1", *more]).start()  # fmt: skip
+    wait_for(a.is_leader, TTL + SLACK, what="node-a leads")
+    b = start("node-b", workdir, 2)
+    with Referee([a, b]):
+        wait_for(lambda: roles(a).get("node-b") == "standby", TTL + SLACK, what="node-b listed")
+        if failback:
+            wait_for(b.is_leader, 1.0 + TTL + SLACK, what="the failback")
+            term = b.get("/leader")[1]["term"]
+            ended = [r for r in b.get("/history?limit=3")[1]["records"] if r["term"] < term]
+            assert ended[0]["end_reason"] in ("handed over to node-b",
+                                              "handed over: failback to node-b")  # fmt: skip
+        else:
+            time.sleep(1.0 + TTL)
+            assert leaders([a, b]) == [a]
+    for d in (a, b):
+        assert d.stop() == 0
