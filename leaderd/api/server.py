@@ -24,10 +24,10 @@ from ..election.engine import Election
 from ..election.history import DEFAULT_LIMIT, MAX_LIMIT
 from ..election.node import Node
 from ..election.status import ElectionStatus, Role
-from . import params
+from . import params, switchover_api
 from .connections import Connections, Site, factory
 from .metrics import Metrics
-from .routing import Handler, error, route_fallback, route_get, route_post
+from .routing import Handler, error, route_fallback, route_get, route_get_post_delete, route_post
 
 DEFAULT_WATCH_TIMEOUT = 30.0
 # Proxies and load balancers cut streams idle for 30-60 s; a heartbeat keeps them open.
@@ -85,6 +85,9 @@ def build_app(
         route_get(app, path, handler)
     for path in ("/resign", "/resign/{election}"):
         route_post(app, path, api.forbidden if read_only else api.resign)
+    for path in ("/switchover", "/switchover/{election}"):
+        change = api.forbidden if read_only else api.switchover
+        route_get_post_delete(app, path, api.switchover, change, change)
     route_fallback(app, api.not_found)
     return app
 
@@ -253,8 +256,19 @@ class _Api:
             return error(400, "bad_parameter", str(exc))
         return _json(election.history().to_dict(limit))
 
+    async def switchover(self, request: web.Request) -> web.Response:
+        """GET, POST and DELETE /switchover (switchover_api.py)."""
+        election = self.node.election(request.match_info.get("election"))
+        if election is None:
+            return self._unknown(request)
+        if request.method == "POST":
+            return switchover_api.ask(election, request.query)
+        if request.method == "DELETE":
+            return switchover_api.cancel(election)
+        return _json(switchover_api.listed(election))
+
     async def forbidden(self, request: web.Request) -> web.Response:
-        message = "this listener is read-only: POST on the Unix socket"
+        message = f"this listener is read-only: {request.method} on the Unix socket"
         return error(403, "read_only", message)
 
     # ---- the node endpoints ----

@@ -132,6 +132,9 @@ class Candidate:
     # this node's health checks pass, else why not (such a node does not campaign).
     priority: int = 1
     health: str = ""
+    # A switchover this node asks the leader for ("" for none), as election/switchover.py
+    # writes it: carried by its heartbeats, so it outlives any one leader.
+    switchover: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,8 @@ class Member:
     # Its priority (0: a witness), and why its health checks fail ("" while they pass).
     priority: int = 1
     health: str = ""
+    # The switchover it asks for ("" for none): the leader acts on it (docs/api.md).
+    switchover: str = ""
 
 
 @dataclass(frozen=True, slots=True)

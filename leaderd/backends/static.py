@@ -266,4 +266,4 @@ def _tenure(data: dict[str, Any]) -> Tenure:
 
 def _member(c: Candidate, ttl: float, wall: dt.datetime, ago: float, asks: bool) -> Member:
     return Member(c.node_id, c.instance, c.address, c.leaderd_version, ttl, wall, ago,
-                  asks, c.priority, c.health)  # fmt: skip
+                  asks, c.priority, c.health, c.switchover)  # fmt: skip

@@ -70,12 +70,20 @@ class Failback:
 
 
 def decide(
-    policy: str, failback: Failback, me: Candidate, able: Sequence[Member], now: float
+    policy: str,
+    failback: Failback,
+    me: Candidate,
+    able: Sequence[Member],
+    now: float,
+    asked: str = "",
 ) -> tuple[str, str] | None:
-    """What a leader does after its round (``able``: heirs, best first): None, keep leading;
-    else hand over, to (node id, "" for whoever the grant picks) with (end reason)."""
+    """What a leader does after its round (``able``: heirs, best first; ``asked``: a
+    switchover due to that node): None, keep leading; else hand over, to (node id, "" for
+    whoever the grant picks) with (end reason)."""
     if hands_over(policy, me, able):
         how = "handed over" if able else "stepped down"
         return "", f"{how}: leader unhealthy ({me.health})"
+    if asked:
+        return asked, f"handed over to {asked}"
     to = failback.due(able, me, now)
     return (to, f"handed over: failback to {to}") if to else None

@@ -30,6 +30,7 @@ from .heir import heir_of
 from .history import History
 from .release_doubt import version_of
 from .state import MIN_DELAY
+from .switchover_request import due_to, still_wanted
 from .timing import Timing
 from .values import Request
 
@@ -167,23 +168,37 @@ class Election(ElectionAnswers):
 
     # ---- the round's parts ----
 
+    def ask_switchover(self, request: str) -> None:
+        """Carry ``request`` (switchover_request.py; "" withdraws it) in this node's
+        heartbeats, starting with a round now."""
+        self._heartbeat(self.candidate.health, request)
+        self._poke.set()
+
     def _note_health(self) -> None:
-        """Carry this node's health into its next heartbeat, and bar its candidacy while its
-        checks fail or it is a witness (docs/algorithm.md, "Who leads")."""
-        health = self.unhealthy()
-        if health != self.candidate.health:
-            self.candidate = replace(self.candidate, health=health)
-            self.state.candidate = self.candidate
+        """Carry this node's health (and its switchover request, while wanted) into its next
+        heartbeat; bar its candidacy while its checks fail or it is a witness
+        (docs/algorithm.md, "Who leads")."""
+        leader = self.state.view(self._clock.now()).leader
+        wanted = still_wanted(self.candidate.switchover, leader, self._wall())
+        self._heartbeat(self.unhealthy(), wanted)
         self.state.barred = barred(self.candidate)
 
+    def _heartbeat(self, health: str, switchover: str) -> None:
+        if (health, switchover) != (self.candidate.health, self.candidate.switchover):
+            self.candidate = replace(self.candidate, health=health, switchover=switchover)
+            self.state.candidate = self.candidate
+
+    def _wall(self) -> float:
+        return self._clock.wall().timestamp()
+
     def _who_leads(self, now: float) -> None:
-        """After a leader's round: hand over, the ordinary way (child stopped first), when
-        its checks fail and on_unhealthy says so, or by --failback (candidacy.decide); a
-        reservation names the node where the backend reserves, else the grant picks it."""
+        """After a leader's round: hand over the ordinary way (child stopped first) when
+        candidacy.decide says so; reserved for the node it names where the backend reserves."""
         if not self.state.leading(now):
             return self.failback.reset()
         able = heirs(self._heard, heir_of(self.candidate), now - self._heard_at)
-        decided = decide(self.on_unhealthy, self.failback, self.candidate, able, now)
+        asked = due_to(self._heard, able, self.candidate.node_id, self._wall())
+        decided = decide(self.on_unhealthy, self.failback, self.candidate, able, now, asked)
         if decided is not None:
             to, self._end_reason = decided
             log.warning("election %s, term %d: %s", self.name, self.state.held_term,

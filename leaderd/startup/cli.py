@@ -15,11 +15,11 @@ from typing import Any, NoReturn
 
 from .. import __version__, jsonio
 from ..api import client, handover_wait
-from . import early_signals, lean_imports, options
+from . import early_signals, lean_imports, options, switchover_cli
 from .config import Config, ConfigError, client_socket, listen_text, load
 
 EXIT_OK, EXIT_NOT_LEADER, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_UNKNOWN = 0, 1, 2, 3, 4
-COMMANDS = ("run", "status", "watch", "resign", "members", "history", "check-config")
+COMMANDS = ("run", "status", "watch", "resign", "switchover", "members", "history", "check-config")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -56,6 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "resign": _resign,
             "members": _members,
             "history": _history,
+            "switchover": _switchover,
         }[parsed.command]
         return handler(parsed)
     except KeyboardInterrupt:
@@ -100,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     members = sub.add_parser("members", help="every member: role, address, last heard")
     options.client_options(members)
     members.add_argument("--json", action="store_true", help="print the JSON answer")
+    switchover_cli.add_parser(sub, options.client_options)
     history = sub.add_parser("history", help="who led, from when to when, and how it ended")
     options.client_options(history)
     history.add_argument("--limit", type=int, metavar="N", help="newest N records (default: 20)")
@@ -260,6 +262,14 @@ def _members(args: argparse.Namespace) -> int:
         )
         sys.stdout.write(summary + _columns(rows))
     return EXIT_OK
+
+
+def _switchover(args: argparse.Namespace) -> int:
+    code, said = switchover_cli.run(args, client_socket(args.socket))
+    if code == EXIT_OK:
+        print(said)
+        return code
+    return _fail(said, code, False)
 
 
 def _history(args: argparse.Namespace) -> int:

@@ -22,7 +22,8 @@ from .test_contract_records import listed
 A = Candidate("who-a", "10.0.0.1:1", priority=3)
 B = Candidate("who-b", "10.0.0.2:1", priority=0)
 SICK = "exec:/usr/bin/app-ok: database unreachable"
-C = Candidate("who-c", "10.0.0.3:1", health=SICK)
+ASKED = "who-a 1795000000.000 1795000060.000"  # a switchover request (switchover_request.py)
+C = Candidate("who-c", "10.0.0.3:1", health=SICK, switchover=ASKED)
 
 
 async def test_each_heartbeat_records_priority_health_and_campaigning(store: Store) -> None:
@@ -33,10 +34,14 @@ async def test_each_heartbeat_records_priority_health_and_campaigning(store: Sto
     members = listed(await acquire(a, A))
     seen = {n: (m.priority, m.health, m.campaigning) for (n, _), m in members.items()}
     assert seen == {"who-a": (3, "", True), "who-b": (0, "", False), "who-c": (1, SICK, False)}
+    assert {n: m.switchover for (n, _), m in members.items()} == {
+        "who-a": "", "who-b": "", "who-c": ASKED,
+    }  # fmt: skip
     # Health comes back: the next heartbeat says so.
-    healed = replace(C, health="")
+    healed = replace(C, health="", switchover="")
     await acquire(c, healed)
-    assert listed(await acquire(a, A))["who-c", C.instance].health == ""
+    again = listed(await acquire(a, A))["who-c", C.instance]
+    assert (again.health, again.switchover) == ("", "")
 
 
 _OLD_SQLITE_MEMBERS = """
@@ -59,7 +64,7 @@ async def test_an_older_sqlite_members_table_gains_the_columns(tmp_path: Path) -
         await backend.close()
     with sqlite3.connect(path) as db:
         columns = {row[1] for row in db.execute("PRAGMA table_info(leaderd_lease_members)")}
-    assert {"campaigning", "priority", "health"} <= columns
+    assert {"campaigning", "priority", "health", "switchover"} <= columns
 
 
 HIGH = Candidate("who-high", "10.0.0.4:1", priority=3)

@@ -86,7 +86,7 @@ class Keys:
         value = {"node_id": me.node_id, "instance": me.instance, "address": me.address,
                  "version": me.leaderd_version, "ttl": ttl, "heard_at": heard_at,
                  "campaigning": campaigning, "priority": me.priority,
-                 "health": me.health}  # fmt: skip
+                 "health": me.health, "switchover": me.switchover}  # fmt: skip
         return _put(self.member(me), value)
 
     def list_members(self) -> dict[str, Any]:
@@ -178,7 +178,7 @@ class MemberClock:
                                 v.get("version", ""), float(v["ttl"]), _when(v.get("heard_at")),
                                 0.0 if _is(v, me) else now - seen[1],
                                 bool(v.get("campaigning", False)), int(v.get("priority", 1)),
-                                str(v.get("health", "")))  # fmt: skip
+                                str(v.get("health", "")), str(v.get("switchover", "")))  # fmt: skip
             except (ValueError, KeyError, TypeError):
                 continue  # not a leaderd member: ignore it
             found.append(member)

@@ -215,7 +215,8 @@ class PostgresAdvisoryBackend(LockSessions, Backend):
         me = ask.candidate
         args = (s.election, s.key, me.node_id, me.instance, me.address, ask.ttl,
                 self._listener.channel, ask.takeover, ask.min_term, s.started,
-                me.leaderd_version, ask.lost_term, me.priority, me.health)  # fmt: skip
+                me.leaderd_version, ask.lost_term, me.priority, me.health,
+                me.switchover)  # fmt: skip
         return await s.cas.fetchrow(*args)
 
     async def _plan(self, s: Session, ask: Ask) -> None:
@@ -231,7 +232,7 @@ class PostgresAdvisoryBackend(LockSessions, Backend):
             await s.observe.fetchrow(s.election, s.key)
             await s.observe_heard.fetchrow(s.election, s.key, me.node_id, me.instance,
                                            me.address, ask.ttl, me.leaderd_version, 0,
-                                           me.priority, me.health)  # fmt: skip
+                                           me.priority, me.health, me.switchover)  # fmt: skip
             await s.conn.fetchval(self._sql["release"], s.election, me.node_id, me.instance, -1,
                                   channel, "", 0.0, EndReason.RELEASED.value, "")  # fmt: skip
         s.planned = True
@@ -273,7 +274,7 @@ class PostgresAdvisoryBackend(LockSessions, Backend):
                 row = await s.observe.fetchrow(s.election, s.key)
             else:
                 heard = (me.node_id, me.instance, me.address, ttl, me.leaderd_version, lost_term,
-                         me.priority, me.health)  # fmt: skip
+                         me.priority, me.health, me.switchover)  # fmt: skip
                 row = await s.observe_heard.fetchrow(s.election, s.key, *heard)
             lease = self._judge(s.election, row, me, ttl)
             if lease is not None:

@@ -127,7 +127,7 @@ FROM me LEFT JOIN {{t}} AS c ON c.election = $1
 WHERE NOT EXISTS (SELECT FROM cas)
 """
 _CAS_ARGS = {"e": "$1", "n": "$3", "i": "$4", "a": "$5", "ttl": "$6", "v": "$11", "lost": "$12",
-             "c": "true", "who": records.who("$13", "$14")}  # fmt: skip
+             "c": "true", "who": records.who("$13", "$14", "$15")}  # fmt: skip
 # $1 election, $2 key: the companion row and the session holding the lock (if any);
 # ``recorded``: that session is the one the row names (pid and start: pids are reused).
 OBSERVE = f"""
@@ -142,10 +142,10 @@ LEFT JOIN pg_stat_activity a ON a.pid = l.pid
 """
 # The same, registering a member: $3 node id, $4 instance, $5 address, $6 ttl, $7 version,
 # $8 lost_term (a standby's rounds are reads: they relabel its lost term too), $9 priority,
-# $10 health.
+# $10 health, $11 switchover.
 OBSERVE_HEARD = f"WITH {records.HEARD}, {records.RELABELED}\n{OBSERVE}"
 _OBSERVE_ARGS = {"e": "$1", "n": "$3", "i": "$4", "a": "$5", "ttl": "$6", "v": "$7", "lost": "$8",
-                 "c": "false", "who": records.who("$9", "$10")}  # fmt: skip
+                 "c": "false", "who": records.who("$9", "$10", "$11")}  # fmt: skip
 # $1 election, $2 node id, $3 instance, $4 term, $5 channel, $6 reserved for ('': none), $7
 # its seconds, $8 end reason, $9 the version last answered ('': any). It commits on its own,
 # before the lock is freed (UNLOCK, the next statement): a standby granted the lock never reads

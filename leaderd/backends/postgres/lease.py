@@ -75,7 +75,7 @@ _LEASE_COLUMNS = f"""
 _MINE = "(l.holder = excluded.holder AND l.instance = excluded.instance)"
 # $1 election, $2 node id, $3 instance, $4 address, $5 ttl seconds, $6 channel,
 # $7 takeover (the version the engine watched for one ttl, or ''), $8 min_term,
-# $9 leaderd version, $10 lost_term, $11 priority, $12 health. With it, in the same
+# $9 leaderd version, $10 lost_term, $11 priority, $12 health, $13 switchover. With it, in the same
 # transaction: the member's heartbeat and, when a term began, its history record (records.py).
 _ACQUIRE = f"""
 WITH prev AS MATERIALIZED (
@@ -106,14 +106,14 @@ WITH prev AS MATERIALIZED (
 SELECT answer.*, {records.MEMBERS} AS members FROM answer
 """
 _ACQUIRE_ARGS = {"e": "$1", "n": "$2", "i": "$3", "a": "$4", "ttl": "$5", "v": "$9", "lost": "$10",
-                 "c": "true", "who": records.who("$11", "$12")}  # fmt: skip
+                 "c": "true", "who": records.who("$11", "$12", "$13")}  # fmt: skip
 
 _OBSERVE = f"SELECT {{cols}}, {records.MEMBERS} AS members FROM {{t}} AS l WHERE election = $1"
 # $1 election, $2 node id, $3 instance, $4 address, $5 ttl, $6 leaderd version, $7 priority,
-# $8 health.
+# $8 health, $9 switchover.
 _OBSERVE_HEARD = f"WITH {records.HEARD}\n{_OBSERVE}"
 _OBSERVE_ARGS = {"e": "$1", "n": "$2", "i": "$3", "a": "$4", "ttl": "$5", "v": "$6", "c": "false",
-                 "who": records.who("$7", "$8")}  # fmt: skip
+                 "who": records.who("$7", "$8", "$9")}  # fmt: skip
 
 # $1 election, $2 node id, $3 instance, $4 term, $5 channel, $6 reserved for ('': none),
 # $7 the reservation's seconds, $8 end reason, $9 and $11-$13 the heir (NULL: none): hand
@@ -200,7 +200,7 @@ class PostgresLeaseBackend(Backend):
             rows = await self._request(doing, _DEFAULT_TIMEOUT, self._sql_observe, election)
         else:
             args = (election, me.node_id, me.instance, me.address, float(ttl), me.leaderd_version,
-                    me.priority, me.health)  # fmt: skip
+                    me.priority, me.health, me.switchover)  # fmt: skip
             rows = await self._request(doing, _DEFAULT_TIMEOUT, self._sql_observe_heard, *args)
         return self._saw(heard_in(_lease(election, rows[0] if rows else None, me, ttl), me))
 
@@ -208,7 +208,7 @@ class PostgresLeaseBackend(Backend):
         election, me = ask.election, ask.candidate
         args = (election, me.node_id, me.instance, me.address, float(ask.ttl),
                 self._listener.channel, ask.takeover, ask.min_term, me.leaderd_version,
-                ask.lost_term, me.priority, me.health)  # fmt: skip
+                ask.lost_term, me.priority, me.health, me.switchover)  # fmt: skip
         for _ in range(3):
             rows = await self._request("acquiring the lease", ask.timeout, self._sql_acquire, *args)
             if rows:

@@ -34,6 +34,7 @@ CREATE TABLE IF NOT EXISTS {m} (
     campaigning boolean NOT NULL DEFAULT false, -- heard asking for the lease (a grant may go to it)
     priority  integer NOT NULL DEFAULT 1,    -- a grant prefers the highest, 0 never leads
     health    text NOT NULL DEFAULT '',      -- why its health checks fail, '' while they pass
+    switchover text NOT NULL DEFAULT '',     -- the switchover it asks the leader for
     PRIMARY KEY (election, node_id, instance)
 );
 CREATE TABLE IF NOT EXISTS {h} (
@@ -58,6 +59,7 @@ _ADDED = {
     "campaigning": "boolean NOT NULL DEFAULT false",
     "priority": "integer NOT NULL DEFAULT 1",
     "health": "text NOT NULL DEFAULT ''",
+    "switchover": "text NOT NULL DEFAULT ''",
 }
 
 # The member's heartbeat and the pruning of the long-silent, as CTEs. Placeholders name the
@@ -67,12 +69,12 @@ _ADDED = {
 HEARD = f"""
 heard AS (
     INSERT INTO {{m}} (election, node_id, instance, address, version, ttl, heard_at, campaigning,
-                       priority, health)
+                       priority, health, switchover)
     VALUES ({{e}}, {{n}}, {{i}}, {{a}}, {{v}}::text, {{ttl}}::float8, now(), {{c}}, {{who}})
     ON CONFLICT (election, node_id, instance) DO UPDATE SET address = excluded.address,
         version = excluded.version, ttl = excluded.ttl, heard_at = now(),
         campaigning = excluded.campaigning, priority = excluded.priority,
-        health = excluded.health
+        health = excluded.health, switchover = excluded.switchover
     RETURNING 1
 ), pruned AS (
     DELETE FROM {{m}} WHERE election = {{e}}
@@ -84,7 +86,7 @@ heard AS (
 MEMBERS = """(
     SELECT json_build_object('now', now(), 'members', coalesce(json_agg(json_build_array(
         node_id, instance, address, version, ttl, heard_at,
-        extract(epoch FROM now() - heard_at)::float8, campaigning, priority, health)
+        extract(epoch FROM now() - heard_at)::float8, campaigning, priority, health, switchover)
         ORDER BY node_id, instance), '[]'))
     FROM {m} WHERE election = {e}
 )::text"""
@@ -205,9 +207,9 @@ def _one_line(sql: str) -> str:
     return " ".join(re.sub(r"--[^\n]*", "", sql).split()).rstrip(";")
 
 
-def who(p: str, h: str) -> str:
-    """The {who} of HEARD: priority and health from the parameters ``p`` and ``h``."""
-    return f"{p}::integer, {h}::text"
+def who(p: str, h: str, s: str) -> str:
+    """The {who} of HEARD: priority, health and switchover from parameters ``p``, ``h``, ``s``."""
+    return f"{p}::integer, {h}::text, {s}::text"
 
 
 def members(
@@ -226,7 +228,7 @@ def members(
     }
     if me is not None:
         mine = Member(me.node_id, me.instance, me.address, me.leaderd_version, ttl, now, 0.0,
-                      campaigning, me.priority, me.health)  # fmt: skip
+                      campaigning, me.priority, me.health, me.switchover)  # fmt: skip
         found[me.node_id, me.instance] = mine
     return tuple(found[key] for key in sorted(found))
 

@@ -38,6 +38,7 @@ CREATE TABLE IF NOT EXISTS {table}_members (
     campaigning    INTEGER NOT NULL DEFAULT 0,  -- heard asking for the lease: a grant may go to it
     priority       INTEGER NOT NULL DEFAULT 1,  -- a grant prefers the highest, 0 never leads
     health         TEXT NOT NULL DEFAULT '',    -- why its health checks fail, '' while they pass
+    switchover     TEXT NOT NULL DEFAULT '',    -- the switchover it asks the leader for
     PRIMARY KEY (election, node_id, instance)
 )"""
 # Added since the members table first shipped: an older file gains them (default: not
@@ -46,6 +47,7 @@ _ADDED = {
     "campaigning": "INTEGER NOT NULL DEFAULT 0",
     "priority": "INTEGER NOT NULL DEFAULT 1",
     "health": "TEXT NOT NULL DEFAULT ''",
+    "switchover": "TEXT NOT NULL DEFAULT ''",
 }
 CREATE_HISTORY = """
 CREATE TABLE IF NOT EXISTS {table}_history (
@@ -61,12 +63,13 @@ CREATE TABLE IF NOT EXISTS {table}_history (
 )"""
 _HEARD = """
 INSERT INTO {table}_members (election, node_id, instance, address, version, ttl, heard_at,
-                             boot_id, heard_boottime, campaigning, priority, health)
+                             boot_id, heard_boottime, campaigning, priority, health, switchover)
 VALUES (:election, :node_id, :instance, :address, :version, :ttl, :wall, :boot_id, :now,
-        :campaigning, :priority, :health)
+        :campaigning, :priority, :health, :switchover)
 ON CONFLICT (election, node_id, instance) DO UPDATE SET address = :address,
     version = :version, ttl = :ttl, heard_at = :wall, boot_id = :boot_id,
-    heard_boottime = :now, campaigning = :campaigning, priority = :priority, health = :health"""
+    heard_boottime = :now, campaigning = :campaigning, priority = :priority, health = :health,
+    switchover = :switchover"""
 _PRUNE = f"""
 DELETE FROM {{table}}_members
 WHERE election = :election AND (boot_id != :boot_id
@@ -77,7 +80,7 @@ UPDATE {table}_members SET campaigning = 0
 WHERE election = :election AND node_id = :holder AND instance = :instance"""
 _MEMBERS = """
 SELECT node_id, instance, address, version, ttl, heard_at, boot_id, heard_boottime,
-    campaigning, priority, health
+    campaigning, priority, health, switchover
 FROM {table}_members WHERE election = ? ORDER BY node_id, instance"""
 _END = """
 UPDATE {table}_history SET ended_at = coalesce(:ended_at, :wall), end_reason = :reason
@@ -126,6 +129,7 @@ def heard(
     params = {"election": election, "node_id": me.node_id, "instance": me.instance,
               "address": me.address, "version": me.leaderd_version,
               "campaigning": int(campaigning), "priority": me.priority, "health": me.health,
+              "switchover": me.switchover,
               **clock}  # fmt: skip
     db.execute(_HEARD.format(table=table), params)
     db.execute(_PRUNE.format(table=table), params)
@@ -139,9 +143,9 @@ def members(
     for node_id, instance, address, version, ttl, heard_at, boot, heard_boottime, *who in rows:
         # Another boot's clock cannot be read on ours: that process is gone.
         ago = now - heard_boottime if boot == boot_id else float(ttl) * PRUNE_AFTER_TTLS
-        campaigning, priority, health = bool(who[0]), int(who[1]), str(who[2])
+        campaigning, priority, health, switchover = bool(who[0]), int(who[1]), *map(str, who[2:])
         found.append(Member(node_id, instance, address, version, float(ttl), when(heard_at), ago,
-                            campaigning, priority, health))  # fmt: skip
+                            campaigning, priority, health, switchover))  # fmt: skip
     return tuple(found)
 
 
