@@ -1,10 +1,12 @@
 """The backend registry the contract suite runs against: one entry per backend.
 
 Each entry says how to make a fresh, empty store (a SQLite file, a PostgreSQL table) for
-one test and how to make a holder's lease lapse. What a backend lacks, and why, is its own
+one test, how to make a holder's lease lapse, and how a standby stands as a member a
+granting release may hand the lease to. What a backend lacks, and why, is its own
 declaration (``capabilities`` on its class, leaderd/backends/base.py).
 ``store.new()`` opens a new backend instance on that store; each instance stands for a
-separate daemon. Every test of test_contract.py runs once per entry.
+separate daemon. Every test of test_contract.py, test_reservation.py and test_grant.py runs
+once per entry (skipped, saying why, where the backend lacks what the test checks).
 
 To add a backend, register one more entry, e.g. for PostgreSQL::
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import itertools
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -32,10 +35,11 @@ from pathlib import Path
 
 import pytest
 
-from leaderd.backends import Backend, backend_from_url
+from leaderd.backends import Backend, Candidate, backend_from_url
 from leaderd.backends.base import Capability, LeaseLost
 from leaderd.backends.sqlite.backend import SQLiteBackend
 from tests.etcd.fixtures import etcd_cluster  # noqa: F401 - the fixture the etcd entry uses
+from tests.grants import stand_by_asking, stand_with_a_spare
 
 # Elections every instance opens; tests use these names.
 ELECTIONS = ("default", "other")
@@ -68,6 +72,8 @@ async def expire_by_closing_and_lapsing(store: Store, holder: Backend, election:
 
 # (store, holder's instance, election) -> the instance the holder's node uses afterwards.
 Expire = Callable[["Store", Backend, str], Awaitable[Backend]]
+# (standby's instance, election, standby, ttl) -> the heartbeat a grant to it counts from.
+Stand = Callable[[Backend, str, Candidate, float], Awaitable[dt.datetime]]
 
 
 @dataclass
@@ -77,6 +83,12 @@ class Entry:
     marks: tuple[pytest.MarkDecorator, ...] = ()
     # The store lives inside one instance (static): every "daemon" is that instance.
     single_instance: bool = False
+    # How a standby becomes a member a granting release may hand the lease to.
+    stand: Stand = stand_by_asking
+    # The ttl of a member a grant test leaves silent for over half of it, to go stale.
+    stale_ttl: float = 1.0
+    # What expires_in is counted in: etcd's lessor says whole seconds left, rounded down.
+    ttl_left_step: float = 0.0
 
 
 BACKENDS: dict[str, Entry] = {}
@@ -88,11 +100,14 @@ def register(
     expire: Expire = expire_by_ttl,
     marks: tuple[pytest.MarkDecorator, ...] = (),
     single_instance: bool = False,
+    stand: Stand = stand_by_asking,
+    stale_ttl: float = 1.0,
+    ttl_left_step: float = 0.0,
 ) -> Callable[[Callable[[pytest.FixtureRequest], Awaitable[str]]], object]:
     """Register a backend: the decorated coroutine returns the URL of a fresh, empty store."""
 
     def decorate(url: Callable[[pytest.FixtureRequest], Awaitable[str]]) -> object:
-        BACKENDS[name] = Entry(url, expire, marks, single_instance)
+        BACKENDS[name] = Entry(url, expire, marks, single_instance, stand, stale_ttl, ttl_left_step)
         return url
 
     return decorate
@@ -121,6 +136,14 @@ class Store:
         instance the holder's node goes on with (the same one, or a new session)."""
         self.require(Capability.EXPIRES)
         return await self.entry.expire(self, holder, election)
+
+    async def stand(
+        self, backend: Backend, election: str, who: Candidate, ttl: float
+    ) -> dt.datetime:
+        """Make ``who`` a campaigning member a granting release may hand the lease to; the
+        heartbeat the grant's expiry would count from."""
+        self.require(Capability.GRANTS)
+        return await self.entry.stand(backend, election, who, ttl)
 
     def require(self, capability: Capability) -> None:
         """Skip, saying why, when this backend lacks a capability the test checks."""
@@ -193,7 +216,11 @@ async def expire_by_lessor(store: Store, holder: Backend, election: str) -> Back
     return holder
 
 
-@register("etcd", expire=expire_by_lessor)
+# A standby's spare must outlive the wait for it to go stale: the release would otherwise
+# find it gone, and free the lease for that reason instead.
+@register(
+    "etcd", expire=expire_by_lessor, stand=stand_with_a_spare, stale_ttl=8.0, ttl_left_step=1.0
+)
 async def _etcd(request: pytest.FixtureRequest) -> str:
     cluster = request.getfixturevalue("etcd_cluster")  # the session's 3 members
     return str(cluster.url(prefix=f"/leaderd-test/{uuid.uuid4().hex[:10]}/"))

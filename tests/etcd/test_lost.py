@@ -103,12 +103,13 @@ async def test_a_stale_holder_cannot_delete_the_key_it_granted(cluster: Cluster)
     held = await ask(a, E, A, ttl=TTL, timeout=5)
     await stand(b, B)
     await ask(a, E, A, ttl=TTL, timeout=5)
-    before = dict(a._states)  # type: ignore[attr-defined]
+    known = a._election(E)  # type: ignore[attr-defined]
+    before = known.state
     await release(a, E, A, held.term, grant=True, ttl=TTL)
     assert (await wait_grant(b, E)).lease.held_by(B)
     granted = leader_key(cluster)
     # As if the grant's answer had been lost: A still believes it holds the key.
-    a._states.update(before)  # type: ignore[attr-defined]
+    known.state = before
     await release(a, E, A, held.term)
     assert leader_key(cluster)["mod_revision"] == granted["mod_revision"]
     assert (await ask(b, E, B, ttl=TTL, timeout=5)).held_by(B)

@@ -62,10 +62,10 @@ def suspended_spare(suspend: bool = True) -> Plan:
         node = cluster.nodes[standby]
         backend = node.backend
         assert isinstance(backend, EtcdWorld.Backend)
-        spares = backend._spares
+        known = backend._election(ELECTION)
 
         def just_kept() -> bool:
-            spare = spares.get(ELECTION)
+            spare = known.spare
             return (
                 spare is not None
                 and spare.kept_in is not None
@@ -100,7 +100,7 @@ def cached_heartbeat() -> Plan:
         assert isinstance(backend, EtcdWorld.Backend) and election is not None
 
         def keeps_next_round() -> bool:  # the next round's _tend sends a keepalive
-            spare = backend._spares.get(ELECTION)
+            spare = backend._election(ELECTION).spare
             return spare is not None and node.context.run(lambda: spare.left() < 3.9)
 
         await cluster.until(keeps_next_round, every=0.01)

@@ -1,7 +1,7 @@
 """etcd:// and etcd+https:// — one key per election under an etcd lease (docs/etcd.md).
 
 ``<prefix><election>/leader`` holds the holder as JSON under the holder's lease;
-``<prefix><election>/term`` holds the last term granted: no lease, never deleted.
+``<prefix><election>/term`` holds the last term begun: no lease, never deleted.
 
 * Acquire is ONE transaction: if the leader key is absent and the term key is as last read,
   put both (the leader key under a lease of ``ttl`` seconds, the term + 1).
@@ -17,13 +17,15 @@
 * An expired key is gone, so etcd reports the election free and a standby acquires at once.
   The lessor runs on the etcd leader's monotonic clock, which no wall-clock step moves, and a
   present key is never taken over: ``takeover`` is not needed (docs/algorithm.md, docs/etcd.md).
-* Standbys wake on an etcd watch of the prefix (watch.py) and keep a lease granted in
-  advance (a spare), which they offer in a candidate key: a graceful release puts the key
-  under the freshest candidate's spare with the next term (grant.py), and that standby
-  leads on the watch event alone. A hand-over is one transaction and one watch event.
+* Standbys wake on an etcd watch of the prefix (watch.py) and keep an etcd lease created in
+  advance (a spare, spare.py), which they offer in a candidate key: a graceful release puts
+  the key under the freshest candidate's spare with the next term (grant.py), and that
+  standby leads on the watch event alone. A hand-over is one transaction and one watch event.
 
-This module is the interface, the release and the hand-over; campaign.py acquires, renews
-and tends the spare; view.py reads, remembers and answers.
+This module is the interface, the release and the hand-over; campaign.py acquires and
+renews; spare.py keeps the spare; view.py reads and answers; election.py is what is known of
+one election; transactions.py and grant.py make the transactions' bodies; gateway.py sends
+them.
 """
 
 from __future__ import annotations
@@ -32,32 +34,19 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from ...clock import boottime
 from ..asks import Ask, Heir, Release
-from ..base import (
-    Backend,
-    BackendUnavailable,
-    Candidate,
-    Capabilities,
-    Capability,
-    Grant,
-    Lease,
-    LeaseLost,
-)
+from ..base import Backend, Candidate, Capabilities, Capability, Grant, Lease
 from ..records import EndReason, Tenure, end_text
 from .campaign import EtcdCampaign
+from .election import EtcdElection
 from .gateway import EtcdError, EtcdSettings, b64, prefix_end
 from .grant import freshest_heir, grant_txn
 from .records import now, tenures
-from .state import Holder as _Holder
-from .state import Round, kept_in
-from .state import Spare as _Spare
-from .state import State as _State
-from .state import compare as _compare
-from .state import revision_of as _revision
-from .view import DEFAULT_TIMEOUT, LEASE_NOT_FOUND, mine, named, theirs
+from .state import Holder, Round, Spare, State, kept_in, mine, revision_of, theirs
+from .transactions import release_txn
+from .view import DEFAULT_TIMEOUT, LEASE_NOT_FOUND
 
 log = logging.getLogger(__name__)
 
@@ -95,127 +84,101 @@ class EtcdBackend(EtcdCampaign, Backend):
     async def observe(
         self, election: str, candidate: Candidate | None = None, ttl: float = 0.0
     ) -> Lease:
-        give_up = boottime() + DEFAULT_TIMEOUT
+        e, give_up = self._election(election), boottime() + DEFAULT_TIMEOUT
         ask = None
         if candidate is not None:
-            ask = Round(election, candidate, ttl, 0, give_up, 0, False, self._heard_at())
-        state = await self._read(election, DEFAULT_TIMEOUT, ask)
-        answer = await self._observed(election, state)
+            ask = Round(candidate, ttl, 0, give_up, 0, False, self._heard_at())
+        state = await self._read(e, DEFAULT_TIMEOUT, ask)
+        answer = await self._observed(e, state)
         return answer if ask is None else replace(answer, heartbeat=kept_in(ask))
 
-    async def _observed(self, election: str, state: _State) -> Lease:
+    async def _observed(self, e: EtcdElection, state: State) -> Lease:
         """The answer of an observe: a held lease with what its lessor says is left."""
         if state.holder is None:
-            return await self._reserved_answer(election, state, DEFAULT_TIMEOUT)
+            return await self._reserved_answer(e, state, DEFAULT_TIMEOUT)
         body = {"ID": state.holder.lease}
         lease = await self._call("/v3/kv/lease/timetolive", body, DEFAULT_TIMEOUT, "reading it")
-        return self._answer(election, state, max(0.0, float(lease.get("TTL", -1))))  # -1: gone
+        return self._answer(e, state, max(0.0, float(lease.get("TTL", -1))))  # -1: gone
 
     async def acquire_or_renew(self, ask: Ask) -> Lease:
         # A takeover version is never needed: etcd's lessor ends an unrenewed lease itself.
-        election, candidate, lost_term = ask.election, ask.candidate, ask.lost_term
+        e, candidate, lost_term = self._election(ask.election), ask.candidate, ask.lost_term
         give_up = boottime() + ask.timeout
         heard_at = self._heard_at()
-        round_ = Round(
-            election, candidate, ask.ttl, ask.min_term, give_up, lost_term, True, heard_at
-        )
-        self._me[election] = candidate
-        state = self._states.get(election)
-        news = election in self._news and not lost_term  # a lost term is recorded by a read
+        round_ = Round(candidate, ask.ttl, ask.min_term, give_up, lost_term, True, heard_at)
+        e.asker = candidate
+        state = e.state
+        news = e.news and not lost_term  # a lost term is recorded by a read
         if news and state is not None and theirs(state, candidate):
             # etcd committed what the watch event says: name that holder now, without a
             # request (cached: it leads no one); the next round reads and heartbeats as usual.
-            return replace(self._answer(election, state, None), cached=True)
+            return replace(self._answer(e, state, None), cached=True)
         # Every path below wrote this round's heartbeat: the answer names it, and no other.
-        return replace(await self._campaign(round_, state), heartbeat=kept_in(round_))
-
-    async def _campaign(self, ask: Round, state: _State | None) -> Lease:
-        """Read, acquire or renew, until etcd's answer says which (three races at most)."""
-        election, candidate, fresh = ask.election, ask.me, False
-        for _ in range(3):
-            # Another holder (or nothing known) is always read again; a key a watch event said
-            # was freed, or our own, go straight to their transaction or keepalive.
-            if state is None or not (fresh or state.holder is None or mine(state, candidate)):
-                state = await self._look(ask)
-            if state.reserved_against(candidate.node_id):
-                return await self._reserved_answer(election, await self._look(ask), ask.left())
-            if state.holder is None:
-                state, lease = await self._acquire(ask, state)
-            elif mine(state, candidate):
-                state, lease = await self._renew(ask, state)
-            else:
-                return self._answer(election, state, None)
-            if lease is not None:
-                return lease
-            fresh = True  # each path ends with what etcd has just said
-        raise BackendUnavailable(f"acquiring election {election}: lost three races")
+        return replace(await self._campaign(e, round_, state), heartbeat=kept_in(round_))
 
     async def release(self, release: Release) -> None:
         # ``version`` is not compared: a keepalive does not move the key's mod revision, so
         # no revision tells a renewal apart; the engine never leads on a term whose release
         # is in doubt (docs/etcd.md, "A release that lands late").
-        election, candidate, term = release.election, release.candidate, release.term
+        e, candidate, term = self._election(release.election), release.candidate, release.term
         reason, reserve_for, ttl = release.reason, release.reserve_for, release.ttl
-        state = self._states.get(election)
+        state = e.state
         if state is None or not mine(state, candidate):
-            state = await self._read(election, DEFAULT_TIMEOUT)
+            state = await self._read(e, DEFAULT_TIMEOUT)
         holder = state.holder
         if holder is None or not mine(state, candidate) or holder.term != term:
             return
         heir = None if reserve_for else release.heir
-        if heir is not None and await self._grant_heir(election, state, reason, heir):
+        if heir is not None and await self._grant_heir(e, state, reason, heir):
             return
-        key = b64(self._key(election))
-        success: list[dict[str, Any]] = [
-            {"request_delete_range": {"key": key}},
-            self._keys(election).released(term, end_text(reason, reserve_for)),
-        ]
-        if reserve_for:  # the reserved key lives under a lease of its own: one ttl
-            granted = await self._grant_lease(ttl, DEFAULT_TIMEOUT)
-            reserved = {"key": b64(self._reserved_key(election)), "value": b64(reserve_for)}
-            success.append({"request_put": {**reserved, "lease": granted[0]}})
-        body = {"compare": [_compare(key, "MOD", holder.modified)], "success": success}
+        ended = e.keys.released(term, end_text(reason, reserve_for))  # stamped now
+        reserved = None
+        if reserve_for:  # the reserved key lives under an etcd lease of its own: one ttl
+            reserved = (reserve_for, (await self._new_etcd_lease(ttl, DEFAULT_TIMEOUT))[0])
+        body = release_txn(e.keys, holder, ended, reserved)
         answer = await self._call("/v3/kv/txn", body, DEFAULT_TIMEOUT, "releasing the lease")
         if answer.get("succeeded"):
-            self._remember(election, replace(state, revision=_revision(answer), holder=None))
-            self._held.pop(election, None)
+            e.remember(replace(state, revision=revision_of(answer), holder=None))
+            e.held = None
             # The lease outlives its key: it is the spare of this node's next acquisition.
-            self._spares[election] = _Spare(holder.lease, 1, -math.inf)  # ttl: a keepalive says
+            e.spare = Spare(holder.lease, 1, -math.inf)  # ttl: a keepalive says
 
     async def history(self, election: str, limit: int) -> list[Tenure]:
-        body = {"success": self._keys(election).read_history(limit)}
+        body = {"success": self._election(election).keys.read_history(limit)}
         return tenures(election, await self._call("/v3/kv/txn", body, DEFAULT_TIMEOUT, "reading"))
 
     async def wait_for_change(self, election: str, timeout: float) -> Grant | None:
-        await self._watch.wait(election, self._answered.get(election, 0), timeout)
+        e = self._election(election)
+        await self._watch.wait(election, e.answered, timeout)
         # Told once: a wake-up that no successful request follows (etcd down) is not news again.
-        self._answered[election] = max(self._answered.get(election, 0), self._watch.heard(election))
-        self._check_held(election)
-        grant = self._granted(election)
+        e.answered = max(e.answered, self._watch.heard(election))
+        e.check_held()
+        grant = self._granted(e)
         if grant is None:
-            self._note_news(election)
+            e.note_news()
         return grant
 
     async def close(self) -> None:
         # Spares are left to expire: a revoke now would compete with a successor's transaction.
         await self._watch.stop()
-        self._spares.clear()
+        for e in self._elections.values():
+            e.spare = None
         await self._etcd.close()
 
     # ---- the one-write hand-over (grant.py) --------------------------------------------
 
     async def _grant_heir(
-        self, election: str, state: _State, reason: EndReason | str, heir: Heir
+        self, e: EtcdElection, state: State, reason: EndReason | str, heir: Heir
     ) -> bool:
         """End our term by putting the key under the spare of the freshest candidate ``heir``
         allows, term + 1. False: none, or it changed or its spare is gone; release as before."""
-        holder, keys = state.holder, self._keys(election)
+        holder, keys = state.holder, e.keys
         assert holder is not None
-        ttls = {(m.node_id, m.instance): m.ttl for m in self._members.get(election, ())}
+        ttls = {(m.node_id, m.instance): m.ttl for m in e.members}
         offer = freshest_heir(
-            self._offers.of(election),
+            e.offers.known,
             heir,
-            lambda o: self._member_clock.age(keys.member(Candidate(o.node_id, "", o.instance))),
+            lambda o: e.clock.age(keys.member(Candidate(o.node_id, "", o.instance))),
             lambda o: ttls.get((o.node_id, o.instance)),
         )
         if offer is None:
@@ -230,52 +193,18 @@ class EtcdBackend(EtcdCampaign, Backend):
             return False  # the candidate's spare expired: it is not alive to lead
         if not answer.get("succeeded"):
             return False
-        revision = _revision(answer)
-        granted = _Holder(offer.node_id, offer.address, offer.instance, term, acquired_at,
-                          offer.lease, revision)  # fmt: skip
-        self._remember(election, _State(revision, granted, term, revision))
-        self._held.pop(election, None)
-        self._spares[election] = _Spare(holder.lease, 1, -math.inf)  # as after a release
+        revision = revision_of(answer)
+        granted = Holder(offer.node_id, offer.address, offer.instance, term, acquired_at,
+                         offer.lease, revision)  # fmt: skip
+        e.remember(State(revision, granted, term, revision))
+        e.held = None
+        e.spare = Spare(holder.lease, 1, -math.inf)  # as after a release
         return True
 
-    def _granted(self, election: str) -> Grant | None:
+    def _granted(self, e: EtcdElection) -> Grant | None:
         """A release put the key under our spare: tell the engine with the round whose
         keepalive of that spare its expiry counts from."""
-        state, me = self._states.get(election), self._me.get(election)
-        spare = self._spares.get(election)
-        if state is None or me is None or spare is None or spare.kept_in is None:
+        spare = e.granted_spare()
+        if spare is None or spare.kept_in is None or e.state is None:
             return None
-        if state.holder is None or not mine(state, me) or state.holder.lease != spare.id:
-            return None
-        del self._spares[election]  # it is our lease now
-        return Grant(self._answer(election, state, float(spare.ttl)), spare.kept_in)
-
-    def _check_held(self, election: str) -> None:
-        """Raise LeaseLost if etcd, as the watch tells it, no longer has our key as our last
-        answer saw it: deleted (its lease revoked, or the key removed by hand) or put by
-        another. A successor acquires only after that event's revision: stepping down on it,
-        with no request, comes before any successor's transaction can answer."""
-        held, state = self._held.get(election), self._states.get(election)
-        if held is None or state is None or state.revision <= held:
-            return
-        holder = state.holder
-        if holder is not None and holder.modified == held:
-            return
-        del self._held[election]
-        if holder is None:
-            raise LeaseLost(
-                f"etcd deleted the leader key at revision {state.revision}: "
-                "its lease was revoked, or the key removed by hand"
-            )
-        raise LeaseLost(
-            f"etcd gave the leader key to {holder.node_id} (term {holder.term}) "
-            f"at revision {holder.modified}"
-        )
-
-    def _note_news(self, election: str) -> None:
-        """The watch named a holder other than us and other than the last answer's."""
-        state, me = self._states.get(election), self._me.get(election)
-        if state is None or me is None or state.holder is None or mine(state, me):
-            return
-        if named(state.holder) != self._named.get(election):
-            self._news.add(election)
+        return Grant(self._answer(e, e.state, float(spare.ttl)), spare.kept_in)

@@ -53,19 +53,16 @@ def candidacy(kv: dict[str, Any]) -> Candidacy | None:
 
 
 class Offers:
-    """The candidacies of every election, by (node id, instance), as the newest of a read
-    or a watch event showed them: a leader knows the offers of the moment it releases."""
+    """The candidacies of one election, by (node id, instance), as the newest of a read or
+    a watch event showed them: a leader knows the offers of the moment it releases."""
 
     def __init__(self) -> None:
-        self._offers: dict[str, dict[tuple[str, str], Candidacy]] = {}
-        self._as_of: dict[str, int] = {}  # the revision they are known at
+        self.known: dict[tuple[str, str], Candidacy] = {}
+        self._as_of = 0  # the revision they are known at
 
-    def of(self, election: str) -> dict[tuple[str, str], Candidacy]:
-        return self._offers.get(election, {})
-
-    def read(self, election: str, keys: Keys, answer: Any, revision: int) -> None:
+    def read(self, keys: Keys, answer: Any, revision: int) -> None:
         """The candidate keys a transaction's ranges returned, at ``revision``."""
-        if revision < self._as_of.get(election, 0):
+        if revision < self._as_of:
             return  # a watch event already told of something newer
         found = {}
         for response in answer.get("responses", []):
@@ -73,25 +70,22 @@ class Offers:
                 key = unb64(kv.get("key", "")).decode(errors="replace")
                 if key.startswith(keys.candidates) and (offer := candidacy(kv)) is not None:
                     found[(offer.node_id, offer.instance)] = offer
-        self._offers[election], self._as_of[election] = found, revision
+        self.known, self._as_of = found, revision
 
-    def event(
-        self, election: str, keys: Keys, key: str, kv: dict[str, Any] | None, revision: int
-    ) -> None:
+    def event(self, keys: Keys, key: str, kv: dict[str, Any] | None, revision: int) -> None:
         """A watch event on the candidate key ``key`` (kv None: deleted)."""
-        if revision <= self._as_of.get(election, 0):
+        if revision <= self._as_of:
             return
-        self._as_of[election] = revision
-        offers = self._offers.setdefault(election, {})
+        self._as_of = revision
         if kv is None:
-            for who, offer in list(offers.items()):
+            for who, offer in list(self.known.items()):
                 if keys.candidate(offer.node_id, offer.instance) == key:
-                    del offers[who]
+                    del self.known[who]
         elif (put := candidacy(kv)) is not None:
-            offers[(put.node_id, put.instance)] = put
+            self.known[(put.node_id, put.instance)] = put
 
-    def drop(self, election: str, node_id: str, instance: str) -> None:
-        self._offers.get(election, {}).pop((node_id, instance), None)
+    def drop(self, node_id: str, instance: str) -> None:
+        self.known.pop((node_id, instance), None)
 
 
 def freshest_heir(

@@ -61,6 +61,11 @@ class Keys:
         return f"{self.base}term"
 
     @property
+    def reserved(self) -> str:
+        """A reservation: the node id that alone may acquire the free lease (state.py)."""
+        return f"{self.base}reserved"
+
+    @property
     def members(self) -> str:
         return f"{self.base}members/"
 

@@ -1,10 +1,10 @@
 """What the etcd backend knows of an election, and the helpers that read etcd's answers.
 
 ``<prefix><election>/leader``: the holder, as JSON, under the holder's lease.
-``<prefix><election>/term``: the last term granted; no lease, never deleted.
+``<prefix><election>/term``: the last term begun; no lease, never deleted.
 ``<prefix><election>/reserved``: a hand-over's reservation, the node id that alone may
 acquire the free lease, under a lease of one ttl (its end is etcd's lessor's).
-The spare lease (a granted lease with no key yet) is backend.py's (docs/etcd.md).
+The spare (an etcd lease with no key yet) is spare.py's (docs/etcd.md).
 """
 
 from __future__ import annotations
@@ -70,12 +70,12 @@ class State:
 
 @dataclass(frozen=True)
 class Spare:
-    """A granted lease with no key, for the next acquisition (or a release's grant)."""
+    """An etcd lease with no key, for the next acquisition (or a release's grant)."""
 
     id: int
     ttl: int  # its ttl in etcd: whole seconds, at least etcd's minimum
-    kept_at: float  # CLOCK_BOOTTIME when its grant or last keepalive was SENT: it ages on it
-    # The heard_at of the round that sent that grant or keepalive (after the engine's send
+    kept_at: float  # CLOCK_BOOTTIME when its creation or last keepalive was SENT: it ages on it
+    # The heard_at of the round that sent that creation or keepalive (after the engine's send
     # time for the round): a release's grant of this lease counts from it. None: unknown.
     kept_in: dt.datetime | None = None
 
@@ -91,9 +91,9 @@ class Spare:
 
 @dataclass(frozen=True)
 class Round:
-    """One request of the etcd backend in a round: who asks, for how long, and until when."""
+    """One request of the etcd backend in a round: who asks, for how long, and until when
+    (in which election: the ``EtcdElection`` it is sent with)."""
 
-    election: str
     me: Candidate
     ttl: float
     min_term: int
@@ -107,8 +107,34 @@ class Round:
 
 
 def kept_in(ask: Round) -> dt.datetime:
-    """The round a grant or keepalive sent now is part of, as its heartbeat names it."""
+    """The round an etcd lease created or kept alive now is part of, as its heartbeat names it."""
     return dt.datetime.fromisoformat(ask.heard_at)
+
+
+def mine(state: State, me: Candidate) -> bool:
+    holder = state.holder
+    return holder is not None and (holder.node_id, holder.instance) == (me.node_id, me.instance)
+
+
+def theirs(state: State, me: Candidate) -> bool:
+    return state.holder is not None and not mine(state, me)
+
+
+def named(holder: Holder) -> tuple[str, str, int]:
+    return holder.node_id, holder.instance, holder.term
+
+
+def state_of(answer: Any) -> State:
+    """The leader, term and reserved keys' ranges of a transaction (missing ones read as
+    absent)."""
+    kvs: list[dict[str, Any]] = [
+        (r.get("response_range", {}).get("kvs") or [{}])[0] for r in answer.get("responses", [])
+    ]
+    leader, term, reserved = [*kvs, {}, {}, {}][:3]
+    holder = holder_of(leader) if leader else None
+    stored = term_of(term)
+    held, modified = holder.term if holder else 0, int_of(term.get("mod_revision"))
+    return State(revision_of(answer), holder, max(stored, held), modified, reservation(reserved))
 
 
 def compare(key: str, target: str, revision: int) -> dict[str, Any]:
@@ -136,6 +162,11 @@ def reservation(kv: dict[str, Any] | None) -> Reservation:
         return Reservation()
     node_id = unb64(kv.get("value", "")).decode(errors="replace")
     return Reservation(node_id, int_of(kv.get("create_revision")), int_of(kv.get("lease")))
+
+
+def term_of(kv: dict[str, Any]) -> int:
+    """The term key's value is the term in decimal."""
+    return int_of(unb64(kv.get("value", "")).decode(errors="replace"))
 
 
 def when(text: str) -> dt.datetime | None:

@@ -172,6 +172,7 @@ class PostgresLeaseBackend(Backend):
         self._listener = Listener(settings, notify_channel(settings.table))
         self._pool = _Pool(settings, size=4, prepare=self._prepare)
         self._table_ready = False
+        self._asker: dict[str, str] = {}  # the instance that asks, by election: whom a grant is for
 
     @classmethod
     def from_url(cls, url: str) -> PostgresLeaseBackend:
@@ -206,6 +207,7 @@ class PostgresLeaseBackend(Backend):
 
     async def acquire_or_renew(self, ask: Ask) -> Lease:
         election, me = ask.election, ask.candidate
+        self._asker[election] = me.instance
         args = (election, me.node_id, me.instance, me.address, float(ask.ttl),
                 self._listener.channel, ask.takeover, ask.min_term, me.leaderd_version,
                 ask.lost_term, me.priority, me.health, me.switchover)  # fmt: skip
@@ -232,7 +234,10 @@ class PostgresLeaseBackend(Backend):
         return records.tenures(rows)
 
     async def wait_for_change(self, election: str, timeout: float) -> Grant | None:
-        return await self._listener.wait(election, timeout)
+        grant = await self._listener.wait(election, timeout)
+        # Every listener hears every grant: only the heir is told it (others just wake).
+        mine = grant is not None and grant.lease.instance == self._asker.get(election)
+        return grant if mine else None
 
     async def close(self) -> None:
         await self._listener.stop()
