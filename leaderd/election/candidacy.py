@@ -9,10 +9,12 @@ not campaign only sends reads, and a leader that hands over does so by the ordin
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from ..backends.asks import Heir
 from ..backends.base import Candidate
 from ..backends.records import Member
+from .heir import heir_of
 
 
 def barred(candidate: Candidate) -> str:
@@ -22,17 +24,31 @@ def barred(candidate: Candidate) -> str:
     return f"unhealthy: {candidate.health}" if candidate.health else ""
 
 
-def heirs(members: Sequence[Member], heir: Heir, elapsed: float) -> list[Member]:
+def heirs(
+    members: Sequence[Member], heir: Heir, elapsed: float, campaigning: bool = True
+) -> list[Member]:
     """The members ``heir`` allows a grant to go to (campaigning ones, judged ``elapsed``
     seconds after the answer that listed them), best first: the highest priority, then the
-    freshest. What a leader sees before it hands over; the backend decides in its write."""
+    freshest. What a leader sees before it hands over; the backend decides in its write.
+    ``campaigning`` False: a backend whose standbys' heartbeats do not say it (the advisory
+    lock's standbys wait inside the lock, heard by reads)."""
     able = [
         m
         for m in members
-        if m.campaigning
+        if (m.campaigning or not campaigning)
         and heir.may_inherit(m.node_id, m.heard_ago + elapsed, m.ttl, m.priority, m.health)
     ]
     return sorted(able, key=lambda m: (-m.priority, m.heard_ago))
+
+
+def standbys(
+    members: Sequence[Member], me: Candidate, elapsed: float, grants: bool
+) -> list[Member]:
+    """The standbys a leader may hand over to: those its backend's grant may pick, or,
+    on a backend that does not grant, every live (heard within its ttl) healthy standby of
+    priority above 0, which takes the freed lease itself."""
+    heir = heir_of(me) if grants else replace(heir_of(me), heard_within_ttls=1.0)
+    return heirs(members, heir, elapsed, campaigning=grants)
 
 
 def hands_over(policy: str, me: Candidate, able: Sequence[Member]) -> bool:

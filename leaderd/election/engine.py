@@ -25,7 +25,7 @@ from ..backends.records import HISTORY_RETENTION, LEFT_TTL, EndReason
 from ..clock import Clock, SystemClock
 from ..events import Event, extra
 from .answers import ElectionAnswers
-from .candidacy import Failback, barred, decide, heirs
+from .candidacy import Failback, barred, decide, standbys
 from .heir import heir_of
 from .history import History
 from .release_doubt import version_of
@@ -196,7 +196,7 @@ class Election(ElectionAnswers):
         candidacy.decide says so; reserved for the node it names where the backend reserves."""
         if not self.state.leading(now):
             return self.failback.reset()
-        able = heirs(self._heard, heir_of(self.candidate), now - self._heard_at)
+        able = standbys(self._heard, self.candidate, now - self._heard_at, self._grants)
         asked = due_to(self._heard, able, self.candidate.node_id, self._wall())
         decided = decide(self.on_unhealthy, self.failback, self.candidate, able, now, asked)
         if decided is not None:

@@ -11,7 +11,7 @@ import pytest
 
 from leaderd.backends.base import Candidate
 from leaderd.backends.records import Member
-from leaderd.election.candidacy import Failback, barred, decide, hands_over, heirs
+from leaderd.election.candidacy import Failback, barred, decide, hands_over, heirs, standbys
 from leaderd.election.heir import heir_of
 from leaderd.election.state import MIN_DELAY
 
@@ -136,3 +136,13 @@ def test_a_leader_decides_unhealthy_hand_over_before_failback() -> None:
     )
     assert decide("handover", failback, ME, [b], 1.0) == ("b", "handed over: failback to b")
     assert decide("handover", Failback(None), ME, [b], 1.0) is None
+
+
+def test_on_a_backend_that_does_not_grant_any_live_healthy_standby_will_do() -> None:
+    """The advisory lock's standbys wait inside the lock: their heartbeats (reads) never
+    say they campaign, and they take the freed lock themselves."""
+    waiting = member("b", campaigning=False, ago=10.0)  # within its 15 s ttl
+    sick = member("c", campaigning=False, health=SICK)
+    assert standbys([waiting, sick], ME, 0.0, grants=True) == []
+    assert [m.node_id for m in standbys([waiting, sick], ME, 0.0, grants=False)] == ["b"]
+    assert standbys([waiting], ME, 6.0, grants=False) == []  # silent for its ttl: stale
