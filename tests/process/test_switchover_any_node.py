@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 import socket
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 
 import pytest
 
-from tests.daemons import Daemon, curl, leaderd_cli, leaders, wait_for
+from tests.daemons import Daemon, curl, leaderd_cli, leaders, short_tempdir, wait_for
+from tests.etcd.fixtures import etcd_cluster  # noqa: F401 - the etcd URL's fixture
+from tests.pg_fixtures import pg_server  # noqa: F401 - the PostgreSQL URLs' fixture
+from tests.process.test_members import MARKS, URLS
 from tests.referee import Referee
 
 pytestmark = pytest.mark.slow
@@ -24,15 +29,26 @@ TTL = 2.0
 SLACK = 5.0
 
 
-def start(node_id: str, workdir: str, *more: str) -> Daemon:
-    return Daemon(node_id, f"sqlite://{workdir}/lease.db", workdir=workdir, ttl=TTL,
-                  extra_args=list(more)).start()  # fmt: skip
+GRANTING = [name for name in URLS if name != "postgresql+advisory"]
 
 
-def cluster(workdir: str, *priorities: int) -> list[Daemon]:
-    first = start("node-a", workdir, "--priority", str(priorities[0]))
+@pytest.fixture(params=[pytest.param(name, marks=MARKS.get(name, [])) for name in GRANTING])
+def granting(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    """(URL, work directory) of each backend that grants (so priorities pick the heir)."""
+    workdir = short_tempdir()
+    yield URLS[request.param](request, workdir), workdir
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+def start(node_id: str, workdir: str, *more: str, backend: str = "") -> Daemon:
+    backend = backend or f"sqlite://{workdir}/lease.db"
+    return Daemon(node_id, backend, workdir=workdir, ttl=TTL, extra_args=list(more)).start()
+
+
+def cluster(workdir: str, *priorities: int, backend: str = "") -> list[Daemon]:
+    first = start("node-a", workdir, "--priority", str(priorities[0]), backend=backend)
     wait_for(first.is_leader, TTL + SLACK, what="node-a leads")
-    rest = [start(f"node-{n}", workdir, "--priority", str(p))
+    rest = [start(f"node-{n}", workdir, "--priority", str(p), backend=backend)
             for n, p in zip("bc", priorities[1:], strict=True)]  # fmt: skip
     daemons = [first, *rest]
     for d in daemons:
@@ -62,10 +78,11 @@ def test_switchover_from_a_follower_waits_until_the_node_leads(workdir: str) -> 
         assert d.stop() == 0
 
 
-def test_a_scheduled_switchover_outlives_its_leader(workdir: str) -> None:
+def test_a_scheduled_switchover_outlives_its_leader(granting: tuple[str, str]) -> None:
     """node-c asks for node-c at T; node-a, the leader, stops before T; node-b (priority 2)
-    takes over and carries the request out at T."""
-    daemons = cluster(workdir, 1, 2, 1)
+    is granted the lease and carries the request out at T. On every backend that grants."""
+    backend, workdir = granting
+    daemons = cluster(workdir, 1, 2, 1, backend=backend)
     a, b, c = daemons
     with Referee(daemons):
         at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=3 * TTL)
