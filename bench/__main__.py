@@ -77,7 +77,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="LIST",
         help="concurrency levels for /leader (default 1,8,32)",
     )
-    p.add_argument("--leader-duration", type=float, default=5.0, help="seconds per level")
+    p.add_argument("--leader-duration", type=float, default=1.0, help="seconds per /leader window")
+    p.add_argument(
+        "--leader-rounds",
+        type=int,
+        default=10,
+        help="/leader windows per level on leaderd, and as many on bare aiohttp, alternating",
+    )
     p.add_argument(
         "--client-processes", type=int, default=2, help="load-generator processes for /leader"
     )
@@ -88,7 +94,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="LIST",
         help="fan-out sizes (default 1000,10000)",
     )
-    p.add_argument("--watch-trials", type=int, default=3, help="trials per fan-out size")
+    p.add_argument(
+        "--watch-trials",
+        type=int,
+        default=3,
+        help="fan-out trials per size on leaderd, and as many on bare aiohttp, alternating",
+    )
     p.add_argument("--watch-processes", type=int, default=1, help="watch client processes")
     p.add_argument(
         "--rss-settle", type=float, default=3.0, help="seconds idle before the idle RSS reading"
@@ -164,7 +175,11 @@ class Bench:
             await self.step(
                 "leader",
                 lambda: leader_load.measure(
-                    group.url(first), a.leader_connections, a.leader_duration, a.client_processes
+                    group.url(first),
+                    a.leader_connections,
+                    a.leader_duration,
+                    a.client_processes,
+                    a.leader_rounds,
                 ),
             )
         if only & {"watch", "rss"}:

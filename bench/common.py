@@ -251,7 +251,7 @@ async def loadgens(argvs: Sequence[Sequence[str]]) -> AsyncIterator[list[LoadGen
         for argv in argvs:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "bench.loadgen", *argv, cwd=REPO,
-                stdout=asyncio.subprocess.PIPE,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 limit=256 * 1024 * 1024,  # an answer is one line, maybe with every latency
             )  # fmt: skip
             procs.append(LoadGen(proc))
@@ -266,6 +266,12 @@ async def loadgens(argvs: Sequence[Sequence[str]]) -> AsyncIterator[list[LoadGen
 @dataclasses.dataclass
 class LoadGen:
     proc: asyncio.subprocess.Process
+
+    async def tell(self, value: object) -> None:
+        """Write one line to the load generator's stdin."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{value}\n".encode())
+        await self.proc.stdin.drain()
 
     async def line(self, timeout: float) -> Any:
         """The next JSON line the load generator prints."""

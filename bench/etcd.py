@@ -51,6 +51,7 @@ from .common import (
     summary,
     wait_ready,
 )
+from .ratios import alternate
 
 CANDIDATES = 3
 ETCDCTL = ["etcdctl", "--endpoints={client}", "elect", "{name}", "{proposal}"]
@@ -108,48 +109,138 @@ async def _registered(http: aiohttp.ClientSession, client: str, name: str) -> in
         return int((await response.json(content_type=None)).get("count", 0))
 
 
-async def _rounds(client: str, command: list[str], signum: int, count: int) -> list[float]:
-    name = f"bench-{uuid.uuid4().hex[:8]}"
-    serial = 0
-    candidates: list[Candidate] = []
+class Candidates:
+    """``CANDIDATES`` processes campaigning in one etcd election (``command``: etcdctl elect
+    or bench/etcd_candidate.py); each one() signals the leader, times the next, and puts a
+    fresh candidate in the stopped one's place."""
 
-    async def add() -> None:
-        nonlocal serial
-        serial += 1
-        proposal = f"p{serial}"
-        argv = [a.format(client=client, name=name, proposal=proposal) for a in command]
-        candidates.append(await _spawn(argv, proposal))
-        while await _registered(http, client, name) < len(candidates):  # noqa: ASYNC110
-            await asyncio.sleep(0.01)
+    def __init__(self, client: str, command: list[str]) -> None:
+        self.client, self.command = client, command
+        self.name = f"bench-{uuid.uuid4().hex[:8]}"
+        self.serial = 0
+        self.candidates: list[Candidate] = []
+        self.http: aiohttp.ClientSession | None = None
+        self.signalled = 0.0  # time.monotonic() of the last signal
 
-    samples = []
-    async with aiohttp.ClientSession() as http:
+    async def __aenter__(self) -> Candidates:
+        self.http = aiohttp.ClientSession()
         try:
             for _ in range(CANDIDATES):
-                await add()
-            for _ in range(count):
-                leader = next(c for c in candidates if c.elected.done())
-                await asyncio.sleep(0.05)  # let the previous leader's key go before signalling
-                others = [c.elected for c in candidates if c is not leader]
-                t0 = time.monotonic()
-                leader.proc.send_signal(signum)
-                done, _ = await asyncio.wait(
-                    others, timeout=120, return_when=asyncio.FIRST_COMPLETED
-                )
-                if not done:
-                    raise RuntimeError("no etcd candidate took over within 120 s")
-                samples.append(done.pop().result() - t0)
-                await leader.proc.wait()
-                leader.reader.cancel()
-                candidates.remove(leader)
-                await add()
-        finally:
-            for c in candidates:
-                if c.proc.returncode is None:
-                    c.proc.kill()
-                await c.proc.wait()
-                c.reader.cancel()
-    return samples
+                await self._add()
+        except BaseException:
+            await self.__aexit__()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for c in self.candidates:
+            if c.proc.returncode is None:
+                c.proc.kill()
+            await c.proc.wait()
+            c.reader.cancel()
+        if self.http is not None:
+            await self.http.close()
+
+    async def _add(self) -> None:
+        assert self.http is not None
+        self.serial += 1
+        proposal = f"p{self.serial}"
+        argv = [a.format(client=self.client, name=self.name, proposal=proposal)
+                for a in self.command]  # fmt: skip
+        self.candidates.append(await _spawn(argv, proposal))
+        while await _registered(self.http, self.client, self.name) < len(self.candidates):  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+    async def one(self, signum: int) -> float:
+        """Signal the leader; seconds until another candidate prints its proposal."""
+        leader = await _first_elected(self.candidates)
+        await asyncio.sleep(0.05)  # let the previous leader's key go before signalling
+        others = [c.elected for c in self.candidates if c is not leader]
+        t0 = self.signalled = time.monotonic()
+        leader.proc.send_signal(signum)
+        done, _ = await asyncio.wait(others, timeout=120, return_when=asyncio.FIRST_COMPLETED)
+        if not done:
+            raise RuntimeError("no etcd candidate took over within 120 s")
+        sample = done.pop().result() - t0
+        await leader.proc.wait()
+        leader.reader.cancel()
+        self.candidates.remove(leader)
+        await self._add()
+        return sample
+
+
+class EventClock:
+    """`etcdctl watch` over the whole keyspace: when each event reached a watching client,
+    on time.monotonic(). Splits a hand-over in two: until etcd applied the write that ends
+    it (a resign's delete, leaderd's grant), and from there to the new leader's answer."""
+
+    def __init__(self, client: str) -> None:
+        self.client = client
+        self.arrivals: list[float] = []
+        self.proc: asyncio.subprocess.Process | None = None
+        self.reader: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> EventClock:
+        self.proc = await asyncio.create_subprocess_exec(
+            "etcdctl", f"--endpoints={self.client}", "watch", "--prefix", "",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        self.reader = asyncio.create_task(self._read())
+        return self
+
+    async def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        async for line in self.proc.stdout:
+            if line in (b"PUT\n", b"DELETE\n"):  # an event's first line
+                self.arrivals.append(time.monotonic())
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.reader is not None:
+            self.reader.cancel()
+        if self.proc is not None:
+            self.proc.kill()
+            await self.proc.wait()
+
+    def first_after(self, t0: float) -> float | None:
+        """Seconds from ``t0`` to the first event heard after it."""
+        return next((t - t0 for t in self.arrivals if t >= t0), None)
+
+
+async def _first_elected(candidates: list[Candidate]) -> Candidate:
+    await asyncio.wait([c.elected for c in candidates], return_when=asyncio.FIRST_COMPLETED)
+    return next(c for c in candidates if c.elected.done())
+
+
+async def _rounds(client: str, command: list[str], signum: int, count: int) -> list[float]:
+    async with Candidates(client, command) as group:
+        return [await group.one(signum) for _ in range(count)]
+
+
+async def _interleaved(client: str, url: str, count: int) -> tuple[list[float], dict[str, Any]]:
+    """etcdctl's and leaderd's graceful hand-overs on the same etcd, one of each in turn
+    (ABBA): a burst of load on the shared machine falls on both. Each sample also records
+    when a watching client heard etcd apply the write that ends the term (EventClock)."""
+    graceful: list[float] = []
+    applied: list[float | None] = []
+    samples: list[dict[str, float]] = []
+    async with EventClock(client) as clock, Candidates(client, ETCDCTL) as etcdctl, \
+            handover.prepared(url, DEFAULT_TIMING, "ho") as daemons:  # fmt: skip
+        for etcdctl_first in alternate(count):
+            for ours in (False, True) if etcdctl_first else (True, False):
+                if ours:
+                    sample = await handover.one_sample(daemons, signal.SIGTERM)
+                    samples.append({**sample, "applied": clock.first_after(sample["signalled"])})
+                else:
+                    graceful.append(await etcdctl.one(signal.SIGTERM))
+                    applied.append(clock.first_after(etcdctl.signalled))
+    data = handover.summarize(samples, DEFAULT_TIMING)
+    data["applied"] = _summary([s["applied"] for s in samples])
+    data["etcdctl_applied"] = _summary(applied)
+    return graceful, data
+
+
+def _summary(values: list[float | None]) -> dict[str, float]:
+    return summary([v for v in values if v is not None])
 
 
 def _grpc_started(member: Member) -> float:
@@ -223,11 +314,12 @@ async def reference(count: int, fsync: bool, leaderd: bool) -> tuple[list[Figure
     """`etcdctl elect`'s graceful hand-over, the yardstick of every backend's hand-over in
     this run (ratios()); with ``leaderd``, leaderd's own on the same etcd cluster."""
     async with etcd_cluster(fsync) as group:
-        graceful = await _rounds(group.members[0].client_url, ETCDCTL, signal.SIGTERM, count)
-        ours = None
+        client, ours = group.members[0].client_url, None
         if leaderd:
             url = group.url(prefix=f"/bench-{uuid.uuid4().hex[:8]}/")
-            ours = await handover.measure("etcd", url, count, signal.SIGTERM, DEFAULT_TIMING)
+            graceful, ours = await _interleaved(client, url, count)
+        else:
+            graceful = await _rounds(client, ETCDCTL, signal.SIGTERM, count)
     data = {"fsync": fsync, "etcdctl_graceful": {**summary(graceful), "samples": graceful},
             "leaderd_graceful": ours}  # fmt: skip
     g = data["etcdctl_graceful"]
@@ -240,21 +332,35 @@ async def reference(count: int, fsync: bool, leaderd: bool) -> tuple[list[Figure
     ]  # fmt: skip
     if ours is not None:
         rows += handover.handover_figures("etcd", ours)
+        rows += applied_figures(where, ours)
     return rows, data
+
+
+def applied_figures(where: str, ours: dict[str, Any]) -> list[Figure]:
+    """When a watching client heard etcd apply the write ending the term: etcdctl's resign
+    (a delete) and leaderd's grant (a transaction), each from its signal."""
+    rows = []
+    for backend, name, found in (
+        (where, "etcdctl: resign applied, heard by a watcher", ours["etcdctl_applied"]),
+        ("etcd", "  leaderd: grant applied, heard by a watcher", ours["applied"]),
+    ):
+        if found["n"]:
+            note = f"p99 {ms(found['p99']):.2f} ms, n={found['n']}"
+            rows.append(Figure("handover", backend, name + " p50", ms(found["p50"]), "ms",
+                               note=note))  # fmt: skip
+    return rows
 
 
 async def measure(
     handovers: int, failovers: int, fsync: bool, window: float = 30.0, settle: float = 3.0
 ) -> tuple[list[Figure], Any]:
-    etcdctl = ETCDCTL
     python = [
         sys.executable, "-m", "bench.etcd_candidate", "--endpoint", "{client}",
         "--name", "{name}", "--proposal", "{proposal}", "--ttl", str(LEASE_TTL),
     ]  # fmt: skip
     async with etcd_cluster(fsync) as group:
         client, url = group.members[0].client_url, group.url(prefix="/bench/")
-        graceful = await _rounds(client, etcdctl, signal.SIGTERM, handovers)
-        ours = await handover.measure("etcd", url, handovers, signal.SIGTERM, DEFAULT_TIMING)
+        graceful, ours = await _interleaved(client, url, handovers)
         crash = await _rounds(client, python, signal.SIGKILL, failovers)
         ours_crash = await handover.measure("etcd", url, failovers, signal.SIGKILL, SHORT_TIMING)
         rates = await steady(group, min(5.0, window / 4), window)

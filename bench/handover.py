@@ -14,10 +14,12 @@ is when every surviving daemon's watch names it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import signal
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from tests.daemons import Daemon
@@ -89,19 +91,19 @@ async def one_sample(group: Cluster, signum: int) -> dict[str, float]:
         raise RuntimeError(f"{leader.node_id} exited {code} on SIGTERM:\n{leader.log()[-2000:]}")
     leader.start()
     await wait_ready(leader)
-    return {"first": min(arrivals) - t0, "all": max(arrivals) - t0}
+    return {"first": min(arrivals) - t0, "all": max(arrivals) - t0, "signalled": t0}
 
 
-async def measure(
-    backend: str, url: str, count: int, signum: int, timing: Timing
-) -> dict[str, Any]:
-    tag = "ho" if signum == signal.SIGTERM else "co"
-    samples: list[dict[str, float]] = []
+@contextlib.asynccontextmanager
+async def prepared(url: str, timing: Timing, tag: str) -> AsyncIterator[Cluster]:
+    """Three daemons settled on a leader, one standby restarted: ready for one_sample()."""
     async with cluster(url, SIZE, timing, tag) as group:
         leader = await group.settled()
         await group.restart(next(d for d in group.daemons if d is not leader))
-        for _ in range(count):
-            samples.append(await one_sample(group, signum))
+        yield group
+
+
+def summarize(samples: list[dict[str, float]], timing: Timing) -> dict[str, Any]:
     return {
         "first": summary([s["first"] for s in samples]),
         "all": summary([s["all"] for s in samples]),
@@ -109,6 +111,15 @@ async def measure(
         "timing": dataclasses.asdict(timing),
         "daemons": SIZE,
     }
+
+
+async def measure(
+    backend: str, url: str, count: int, signum: int, timing: Timing
+) -> dict[str, Any]:
+    tag = "ho" if signum == signal.SIGTERM else "co"
+    async with prepared(url, timing, tag) as group:
+        samples = [await one_sample(group, signum) for _ in range(count)]
+    return summarize(samples, timing)
 
 
 async def handover(backend: str, url: str, count: int) -> tuple[list[Figure], dict[str, Any]]:

@@ -1,13 +1,16 @@
 """Load-generating clients, run as separate processes so they do not share the bench's loop:
 
-    python -m bench.loadgen leader --socket S --connections C --warmup W --duration D
+    python -m bench.loadgen leader --socket A [--socket B] --connections C --order 0,1,1,0
+                                   --window W     # then the start time on stdin
     python -m bench.loadgen watch  --socket S --clients N --revision R
 
 Raw asyncio protocols on uvloop (no HTTP library on the client side), keep-alive, one
 request in flight per connection (closed loop), so the latency of each request is its
-own. Each prints one JSON line when it has measured; `watch` prints {"ready": ...} first
-and then waits for the answers. CPU time of the client is reported so a saturated client
-can be told from a slow daemon.
+own. Each prints one JSON line when it has measured; `leader` prints {"connected": true}
+and `watch` {"ready": ...} first. `leader` keeps the connections of one server busy per
+window, on a schedule every load generator process shares, so leaderd and its peer are
+measured in alternating windows by the same clients. CPU time of the client is reported
+so a saturated client can be told from a slow daemon.
 """
 
 from __future__ import annotations
@@ -46,12 +49,16 @@ def _split(buf: bytearray) -> tuple[int, int] | None:
     return int(head[9:12]), total
 
 
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
 def _emit(data: dict[str, Any]) -> None:
     sys.stdout.buffer.write(orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS) + b"\n")
     sys.stdout.flush()
 
 
-# ---- GET /leader, closed loop ----
+# ---- GET /leader, closed loop, alternating between servers ----
 
 
 class _LeaderConn(asyncio.Protocol):
@@ -60,14 +67,14 @@ class _LeaderConn(asyncio.Protocol):
         self.buf = bytearray()
         self.sent = 0.0
         self.transport: asyncio.Transport | None = None
-        self.done = asyncio.get_running_loop().create_future()
+        self.idle = True
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
-        self._send()
 
-    def _send(self) -> None:
+    def send(self) -> None:
         assert self.transport is not None
+        self.idle = False
         self.sent = time.perf_counter()
         self.transport.write(self.run.request)
 
@@ -79,54 +86,81 @@ class _LeaderConn(asyncio.Protocol):
             now = time.perf_counter()
             self.run.record(status, now - self.sent, now)
             if now < self.run.stop_at:
-                self._send()
-            elif not self.done.done():
-                self.done.set_result(None)
+                self.send()
+            else:
+                self.idle = True
+                self.run.drained()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self.done.done():
-            self.done.set_result(None)
+        self.idle = True
+        self.run.drained()
 
 
 class _LeaderRun:
-    def __init__(self, path: str, warmup: float, duration: float) -> None:
+    """One window's counts: the connections of one server busy until ``stop_at``."""
+
+    def __init__(self, path: str) -> None:
         self.request = f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode()
-        now = time.perf_counter()
-        self.record_from = now + warmup
-        self.stop_at = self.record_from + duration
+        self.stop_at = 0.0
+        self.conns: list[_LeaderConn] = []
+        self.window: dict[str, Any] = {}
         self.latencies = array("d")
-        self.statuses: dict[int, int] = {}
+        self.done: asyncio.Future[None] | None = None
+
+    def open(self, stop_at: float) -> None:
+        self.stop_at = stop_at
+        self.latencies = array("d")
+        self.window = {"requests": 0, "statuses": {}, "first_sent": time.perf_counter()}
+        self.done = asyncio.get_running_loop().create_future()
+        for conn in self.conns:
+            conn.send()
 
     def record(self, status: int, latency: float, now: float) -> None:
-        if now >= self.record_from:
-            self.latencies.append(latency)
-            self.statuses[status] = self.statuses.get(status, 0) + 1
+        self.latencies.append(latency)
+        self.window["requests"] += 1
+        self.window["last_answer"] = now
+        statuses = self.window["statuses"]
+        statuses[status] = statuses.get(status, 0) + 1
+
+    def drained(self) -> None:
+        if self.done is not None and not self.done.done() and all(c.idle for c in self.conns):
+            self.done.set_result(None)
 
 
 async def leader(args: argparse.Namespace) -> None:
+    """Windows of ``--window`` seconds on a schedule shared with the other load generator
+    processes (its start, on CLOCK_MONOTONIC, is read from stdin once connected): window i
+    keeps the connections to socket ``order[i]`` busy, the others idle, and waits for
+    their last answers."""
     loop = asyncio.get_running_loop()
-    run = _LeaderRun(args.path, args.warmup, args.duration)
-    conns = []
-    for _ in range(args.connections):
-        _, conn = await loop.create_unix_connection(lambda: _LeaderConn(run), args.socket)
-        conns.append(conn)
-    await asyncio.sleep(max(0.0, run.record_from - time.perf_counter()))
-    _emit({"recording": True})
-    cpu0, t0 = _cpu(), time.perf_counter()
-    await asyncio.gather(*(c.done for c in conns))
-    elapsed, cpu = time.perf_counter() - t0, _cpu() - cpu0
-    for conn in conns:
-        if conn.transport is not None:
-            conn.transport.close()
-    _emit(
-        {
-            "requests": len(run.latencies),
-            "seconds": elapsed,
-            "cpu_seconds": cpu,
-            "statuses": run.statuses,
-            "latencies_us": [round(x * 1e6, 1) for x in run.latencies],
-        }
-    )
+    runs = [_LeaderRun(args.path) for _ in args.socket]
+    for run, path in zip(runs, args.socket, strict=True):
+        for _ in range(args.connections):
+            _, conn = await loop.create_unix_connection(lambda r=run: _LeaderConn(r), path)
+            run.conns.append(conn)
+    _emit({"connected": True})
+    # The schedule's start (time.monotonic()), once every process has connected.
+    start_at = float(await loop.run_in_executor(None, sys.stdin.readline))
+    windows = []
+    cpu0 = _cpu()
+    for i, which in enumerate(args.order):
+        begin = start_at + i * (args.window + args.gap)
+        await asyncio.sleep(max(0.0, begin - time.monotonic()))
+        run = runs[which]
+        run.open(time.perf_counter() + args.window)
+        assert run.done is not None
+        await run.done
+        window = run.window
+        window["socket"] = which
+        window["seconds"] = window.get("last_answer", window["first_sent"]) - window["first_sent"]
+        if args.latencies:
+            window["latencies_us"] = [round(x * 1e6, 1) for x in run.latencies]
+        windows.append(window)
+    for run in runs:
+        for conn in run.conns:
+            if conn.transport is not None:
+                conn.transport.close()
+    _emit({"windows": windows, "cpu_seconds": _cpu() - cpu0})
 
 
 # ---- GET /watch, N long polls answered by one change ----
@@ -209,11 +243,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.loadgen")
     sub = parser.add_subparsers(dest="mode", required=True)
     p = sub.add_parser("leader")
-    p.add_argument("--socket", required=True)
+    p.add_argument("--socket", required=True, action="append", help="once per server")
     p.add_argument("--path", default="/leader")
-    p.add_argument("--connections", type=int, default=8)
-    p.add_argument("--warmup", type=float, default=1.0)
-    p.add_argument("--duration", type=float, default=5.0)
+    p.add_argument("--connections", type=int, default=8, help="per server")
+    p.add_argument("--order", type=_ints, required=True, help="server index per window")
+    p.add_argument("--window", type=float, default=1.0, help="seconds per window")
+    p.add_argument("--gap", type=float, default=0.1, help="seconds between windows")
+    p.add_argument("--latencies", action="store_true", help="report every latency")
     w = sub.add_parser("watch")
     w.add_argument("--socket", required=True)
     w.add_argument("--clients", type=int, required=True)

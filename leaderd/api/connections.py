@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import resource
 import select
 import socket
@@ -78,19 +79,24 @@ class Connections:
     bad_requests: int = 0
     _logged_at: float = -_LOG_EVERY
     _unlogged: int = 0
-    # Header and idle deadlines, checked by one sweep: a timer per connection would be
-    # created and cancelled around every request (10,000 watchers answered at once).
-    _deadlines: dict[Connection, float] = field(default_factory=dict, repr=False)
+    # Every open connection. Each holds its own header or idle deadline, all looked at by
+    # one sweep: a timer or a dict entry per request would be made and dropped around every
+    # request (10,000 watchers answered at once).
+    _live: set[Connection] = field(default_factory=set, repr=False)
     _sweep: asyncio.TimerHandle | None = field(default=None, repr=False)
 
-    def arm(self, connection: Connection, seconds: float) -> None:
-        loop = asyncio.get_running_loop()
-        self._deadlines[connection] = boottime() + seconds
+    def enter(self, connection: Connection) -> None:
+        self._live.add(connection)
         if self._sweep is None:
-            self._sweep = loop.call_later(self._sweep_every(), self._expire_due)
+            self._schedule()
 
-    def disarm(self, connection: Connection) -> None:
-        self._deadlines.pop(connection, None)
+    def leave(self, connection: Connection) -> None:
+        self._live.discard(connection)
+
+    def _schedule(self) -> None:
+        # get_running_loop() costs a getpid() system call: once a sweep, not per request.
+        loop = asyncio.get_running_loop()
+        self._sweep = loop.call_later(self._sweep_every(), self._expire_due)
 
     def _sweep_every(self) -> float:
         """A deadline is acted on at most this late: a quarter of the shortest timeout."""
@@ -98,15 +104,13 @@ class Connections:
         return min(_SWEEP_EVERY, max(0.01, shortest / 4))
 
     def _expire_due(self) -> None:
-        loop = asyncio.get_running_loop()
         now = boottime()
-        due = [c for c, deadline in self._deadlines.items() if deadline <= now]
-        for connection in due:
-            del self._deadlines[connection]
-            connection.expire()
         self._sweep = None
-        if self._deadlines:
-            self._sweep = loop.call_later(self._sweep_every(), self._expire_due)
+        for connection in [c for c in self._live if c.deadline <= now]:
+            connection.deadline = math.inf
+            connection.expire()
+        if self._live:
+            self._schedule()
 
     def refusal(self) -> str | None:
         """Why a new connection cannot be served now, or None."""
@@ -166,6 +170,7 @@ class Connection(web.RequestHandler):
         self._timeout = "header"
         self._busy = False
         self._bytes = False  # bytes of a request not yet in progress
+        self.deadline = math.inf  # of the header or idle timeout, on CLOCK_BOOTTIME
 
     # ---- called by the API around each request ----
 
@@ -185,10 +190,12 @@ class Connection(web.RequestHandler):
         self._connections.open += 1
         self._connections.budget.open += 1
         self._arm("header", self._connections.limits.header_timeout)
+        self._connections.enter(self)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         task = self._task_handler
         self._disarm()
+        self._connections.leave(self)
         self._connections.open -= 1
         self._connections.budget.open -= 1
         super().connection_lost(exc)
@@ -212,10 +219,10 @@ class Connection(web.RequestHandler):
 
     def _arm(self, timeout: str, seconds: float) -> None:
         self._timeout = timeout
-        self._connections.arm(self, seconds)
+        self.deadline = boottime() + seconds
 
     def _disarm(self) -> None:
-        self._connections.disarm(self)
+        self.deadline = math.inf
 
     def expire(self) -> None:
         """Its header or idle deadline passed (called by the listener's sweep)."""

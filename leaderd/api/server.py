@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import functools
 import socket
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
 
 import aiohttp
@@ -27,7 +27,7 @@ from ..election.status import ElectionStatus, Role
 from . import params, switchover_api
 from .connections import Connections, Site, factory
 from .metrics import Metrics
-from .routing import Handler, error, route_fallback, route_get, route_get_post_delete, route_post
+from .routing import Handler, error, route_fallback, route_get, route_instant, route_post
 
 DEFAULT_WATCH_TIMEOUT = 30.0
 # Proxies and load balancers cut streams idle for 30-60 s; a heartbeat keeps them open.
@@ -64,8 +64,9 @@ def build_app(
     api = _Api(node, metrics, read_only, heartbeat)
     app = web.Application(client_max_size=64 * 1024)
     app.on_shutdown.append(api.on_shutdown)
+    for tail in ("", "/{election}"):
+        route_instant(app, "/leader" + tail, api.leader)
     get: list[tuple[str, Handler]] = [
-        ("/leader", api.leader),
         ("/standby", api.standby),
         ("/watch", api.watch),
         ("/members", api.members),
@@ -87,7 +88,7 @@ def build_app(
         route_post(app, path, api.forbidden if read_only else api.resign)
     for path in ("/switchover", "/switchover/{election}"):
         change = api.forbidden if read_only else api.switchover
-        route_get_post_delete(app, path, api.switchover, change, change)
+        switchover_api.route(app, path, api.switchover, change)
     route_fallback(app, api.not_found)
     return app
 
@@ -179,13 +180,14 @@ class _Api:
 
     # ---- the election endpoints ----
 
-    async def leader(self, request: web.Request) -> web.Response:
+    def leader(self, request: web.Request) -> web.Response:
         election = self.node.election(request.match_info.get("election"))
         if election is None:
             return self._unknown(request)
-        status = election.status()
-        code = 200 if status.role is Role.LEADER else 503
-        return _json(status.to_dict(), code, status.revision)
+        # Judged now, like every answer; only its encoding is reused (the hot path).
+        answer = election.encoded_status()
+        code = 200 if answer.role is Role.LEADER else 503
+        return web.Response(body=answer.body, status=code, headers=_headers(answer.revision))
 
     async def standby(self, request: web.Request) -> web.Response:
         """Patroni's /replica: 200 while this node is a healthy follower that knows the
@@ -257,15 +259,8 @@ class _Api:
         return _json(election.history().to_dict(limit))
 
     async def switchover(self, request: web.Request) -> web.Response:
-        """GET, POST and DELETE /switchover (switchover_api.py)."""
         election = self.node.election(request.match_info.get("election"))
-        if election is None:
-            return self._unknown(request)
-        if request.method == "POST":
-            return switchover_api.ask(election, request.query)
-        if request.method == "DELETE":
-            return switchover_api.cancel(election)
-        return _json(switchover_api.listed(election))
+        return switchover_api.answer(election, request) if election else self._unknown(request)
 
     async def forbidden(self, request: web.Request) -> web.Response:
         message = f"this listener is read-only: {request.method} on the Unix socket"
@@ -364,15 +359,31 @@ class _Api:
 
 
 @functools.lru_cache(maxsize=16)
-def _encoded(status: ElectionStatus) -> bytes:
-    """Many watchers woken by one change get equal statuses: encode each once."""
-    return jsonio.dumps(status.to_dict())
+def _headers(revision: int) -> Mapping[str, str]:
+    """A status answer's headers, shared: each Response copies them (a plain dict copies
+    fastest)."""
+    return {"Content-Type": _JSON, "Leaderd-Revision": str(revision)}
+
+
+class _LastEncoded:
+    """Many watchers woken by one change are answered the same status object (watchers.py):
+    encode it once, found by identity (hashing a status for each of them costs more)."""
+
+    def __init__(self) -> None:
+        self.status: ElectionStatus | None = None
+        self.body = b""
+
+    def __call__(self, status: ElectionStatus) -> bytes:
+        if status is not self.status:
+            self.status, self.body = status, jsonio.dumps(status.to_dict())
+        return self.body
+
+
+_encoded = _LastEncoded()
 
 
 def _json_status(status: ElectionStatus) -> web.Response:
-    response = web.Response(body=_encoded(status), content_type=_JSON)
-    response.headers["Leaderd-Revision"] = str(status.revision)
-    return response
+    return web.Response(body=_encoded(status), headers=_headers(status.revision))
 
 
 def _event(status: ElectionStatus, sse: bool) -> bytes:

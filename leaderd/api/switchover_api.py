@@ -16,7 +16,7 @@ from ..election import switchover
 from ..election.engine import Election
 from ..election.switchover_request import SwitchoverRequest, pending
 from . import params
-from .routing import error
+from .routing import Handler, error, route_get_post_delete
 
 DEFAULT_TIMEOUT = 60.0  # how long a request stands after its time, unless told
 MAX_SECONDS = 86400.0
@@ -25,6 +25,20 @@ MAX_AT = 1e11  # seconds since the epoch (the year 5138): the command line sends
 
 def _json(data: Any, status: int = 200) -> web.Response:
     return web.Response(body=jsonio.dumps(data), status=status, content_type="application/json")
+
+
+def route(app: web.Application, path: str, read: Handler, change: Handler) -> None:
+    """GET (HEAD, OPTIONS) answered by ``read``; POST and DELETE by ``change``."""
+    route_get_post_delete(app, path, read, change, change)
+
+
+def answer(election: Election, request: web.Request) -> web.Response:
+    """GET, POST or DELETE /switchover of ``election``."""
+    if request.method == "POST":
+        return ask(election, request.query)
+    if request.method == "DELETE":
+        return cancel(election)
+    return _json(listed(election))
 
 
 def listed(election: Election) -> dict[str, Any]:

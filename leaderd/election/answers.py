@@ -11,7 +11,9 @@ import datetime as dt
 import logging
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
+from .. import jsonio
 from ..backends.base import Candidate
 from ..backends.records import Member
 from ..clock import Clock
@@ -26,6 +28,16 @@ from .values import Note, View
 from .watchers import ChangeListener, Watchers
 
 log = logging.getLogger("leaderd.engine")
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedStatus:
+    """An ElectionStatus as its JSON answer, and what that answer shows."""
+
+    shown: tuple[View, int, int | None]  # the view, the revision, the milliseconds left
+    role: Role
+    revision: int
+    body: bytes
 
 
 class ElectionAnswers:
@@ -55,11 +67,31 @@ class ElectionAnswers:
         self._heartbeats = Heartbeats()  # when our answered requests were heard, and sent
         self._history = History(name, (), None)
         self._history_of: tuple[str | None, str, int] | None = None  # the lease it was read at
+        self._encoded: EncodedStatus | None = None  # the last encoded_status()
         self._refresh(self._clock.now())
 
     def status(self) -> ElectionStatus:
         now = self._clock.now()
         return self._snapshot(self._refresh(now), now)
+
+    def encoded_status(self) -> EncodedStatus:
+        """status() as JSON, judged at this instant exactly as status() is. The bytes are
+        reused while nothing they show changed: the view, the revision, and the time left
+        in the whole milliseconds the answer shows (the hot path of every /leader answer)."""
+        now = self._clock.now()
+        view = self._refresh(now)
+        valid_for = self.state.valid_for(now) if view.role is Role.LEADER else None
+        shown = (
+            view,
+            self._watchers.revision,
+            None if valid_for is None else int(valid_for * 1000),
+        )
+        encoded = self._encoded
+        if encoded is None or encoded.shown != shown:
+            status = self._snapshot(view, now)
+            body = jsonio.dumps(status.to_dict())
+            encoded = self._encoded = EncodedStatus(shown, status.role, status.revision, body)
+        return encoded
 
     def members(self) -> Members:
         """The members with their roles now (docs/api.md, "Members")."""
@@ -147,7 +179,7 @@ class ElectionAnswers:
         """Derive the view; on a change of role, leader or term, publish a new revision."""
         view = self.state.view(now)
         previous = self._published
-        if previous is not None and view.key == previous.key:
+        if view is previous or (previous is not None and view.key == previous.key):
             return view
         self._published = view
         self._watchers.next_revision(self._clock.wall())

@@ -79,6 +79,9 @@ class ElectionState:
         self.last_error: str | None = None
         self.lost: str | None = None  # why the lease is gone for good (LeaseLost)
         self.ready = False
+        # The leader's view of the last lease it was derived from: every /leader answer
+        # derives the view, and a lease (immutable) yields the same one until replaced.
+        self._leading: tuple[Lease, View] | None = None
 
     # ---- answers ----
 
@@ -88,9 +91,7 @@ class ElectionState:
         if self.stopping:
             return View(Role.STOPPED, None, term, "shutting down")
         if self.leading(now) and lease is not None:
-            me = self.candidate
-            info = LeaderInfo(me.node_id, me.address, lease.term, lease.acquired_at)
-            return View(Role.LEADER, info, lease.term, f"holding the lease, term {lease.term}")
+            return self._leading_view(lease)
         # Fail closed: knowledge older than one ttl, or our own lapsed hold, names nobody.
         stale = lease is None or now - self.seen_at >= self.timing.ttl
         if stale or self.held_term is not None or self.lost is not None:
@@ -101,6 +102,15 @@ class ElectionState:
             return View(Role.FOLLOWER, None, term, self._why_not_leading(now))
         info = LeaderInfo(lease.holder, lease.address, lease.term, lease.acquired_at)
         return View(Role.FOLLOWER, info, term, self._why_not_leading(now))
+
+    def _leading_view(self, lease: Lease) -> View:
+        if self._leading is not None and self._leading[0] is lease:
+            return self._leading[1]
+        me = self.candidate
+        info = LeaderInfo(me.node_id, me.address, lease.term, lease.acquired_at)
+        view = View(Role.LEADER, info, lease.term, f"holding the lease, term {lease.term}")
+        self._leading = (lease, view)
+        return view
 
     def leading(self, now: float) -> bool:
         return self.held_term is not None and not self.stopping and now < self.deadline
