@@ -1,7 +1,8 @@
 # The two commands the README puts first:
 #   make run    leaderd on its embedded default (SQLite), in the foreground
 #   make test   everything CI checks: installs what it needs, lint, types, the whole test suite
-#               (the fast lane first, so a broken rule shows in minutes; then all the rest)
+#               (the fast lane first, so a broken rule shows in minutes; then all the rest,
+#               on two workers; the chaos runs last, alone)
 #   make test-fast  the fast lane alone: engine, rules, config, API, the contract on SQLite
 # Both work in a virtual environment (.venv), so they never touch the system Python
 # (Debian 12 and Ubuntu refuse `pip install` there: "externally managed environment").
@@ -32,13 +33,23 @@ lint: $(PYTHON)
 	$(PYTHON) -m ruff format --check leaderd tests bench
 	$(PYTHON) -m mypy
 
+# Two workers: most of the suite waits on real daemons, servers and ttls, not on the CPU. Every
+# fixture is per process (free ports, its own temporary directories), so the workers share
+# nothing but the machine. The rest goes a test file to each worker at a time (a file's
+# fixtures start once); the fast lane test by test, since schemathesis gives all its cases one
+# node id, which --dist loadfile would run once (tests/conftest.py refuses that). The chaos
+# runs come last and alone: their liveness bound is a time, and a busy neighbour's CPU is not
+# a fault they inject.
+FAST := -m fast -n 2 --dist load
+
 test: deps lint
-	$(PYTEST) -m fast
-	$(PYTEST) -m "not fast"
+	$(PYTEST) $(FAST)
+	$(PYTEST) -m "not fast and not chaos" -n 2 --dist loadfile
+	$(PYTEST) -m "chaos and not fast"
 
 test-fast: $(PYTHON)
 	$(PYTHON) -m pip install -q --disable-pip-version-check -e '.[test]'
-	$(PYTEST) -m fast
+	$(PYTEST) $(FAST)
 
 bench: $(PYTHON)
 	$(PYTHON) -m bench

@@ -1,5 +1,5 @@
 """Shared pieces of the benchmark: statistics, figures, a tiny HTTP client for the Unix
-socket, clusters of real daemons (tests/daemons.py) and the backends they run on."""
+socket, clusters of real daemons (tests/support/daemons.py) and the backends they run on."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from tests.daemons import REPO, Daemon, short_tempdir
+from tests.support.daemons import REPO, Daemon, short_tempdir
 
 # ":immediate" is the advisory backend with takeover=immediate (docs/postgresql.md): a
 # standby leads as soon as the server grants it the lock, even after a crash.
@@ -36,7 +36,7 @@ class Timing:
 
 # The daemon defaults: the steady-state and graceful-handover timing.
 DEFAULT_TIMING = Timing(ttl=15.0, renew_interval=5.0, retry_interval=2.0)
-# A short TTL, so a crash failover takes seconds (the tests' timing, tests/daemons.py).
+# A short TTL, so a crash failover takes seconds (the tests' timing, tests/support/daemons.py).
 SHORT_TIMING = Timing(ttl=2.0, renew_interval=0.5, retry_interval=0.25)
 # The daemon's default log level: the tests' debug lines would be work production skips.
 DAEMON_ARGS = ("--log-level", "info")
@@ -394,7 +394,7 @@ class Backends:
             self._start_pg()
 
     def _start_pg(self) -> None:
-        from tests.pgserver import PgServer, PgServerError
+        from tests.support.pgserver import PgServer, PgServerError
 
         try:
             self._pg = PgServer()

@@ -25,7 +25,7 @@ from pathlib import Path
 import uvloop
 from aiohttp import web
 
-from tests.daemons import REPO, short_tempdir
+from tests.support.daemons import REPO, short_tempdir
 
 # Without --body: about a leaderd status's size (a follower naming its leader and term).
 BODY = b'{"election":"default","revision":0,"role":"follower","is_leader":false,' + (

@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tests.daemons import Daemon
+from tests.support.daemons import Daemon
 
 from .common import (
     DEFAULT_TIMING,

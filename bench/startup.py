@@ -31,7 +31,7 @@ import sysconfig
 import time
 from typing import Any
 
-from tests.daemons import REPO, Daemon, short_tempdir
+from tests.support.daemons import REPO, Daemon, short_tempdir
 
 from .common import DAEMON_ARGS, Figure, judge, ms, summary
 

@@ -26,10 +26,10 @@ from collections.abc import Callable
 
 from leaderd.supervision.containment_probe import keeper_argv
 from leaderd.supervision.keeper_protocol import Lines
-from tests.daemons import short_tempdir, wait_for
 from tests.supervisor.cluster import Cluster
 from tests.supervisor.confine import cgroup_root
 from tests.supervisor.records import alive, events, keeper_of, kill_leftovers, workers
+from tests.support.daemons import short_tempdir, wait_for
 
 MODES = ("pidns", "cgroup", "session")
 

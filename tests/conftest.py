@@ -1,16 +1,18 @@
 """Shared test set-up: the PostgreSQL server plugin, no daemon outliving its test, and none
 of this host's leaderd state in reach."""
 
+import collections
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from tests.daemons import Daemon
+from tests.support.daemons import Daemon
 
-pytest_plugins = ["tests.pg_fixtures"]
+pytest_plugins = ["tests.support.pg_fixtures"]
 
 # What a leaderd falls back to without flags, pointed away from this host's own leaderd:
 # its configuration file (/etc/leaderd/leaderd.toml), its socket and state directories
@@ -50,6 +52,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         on_embedded = callspec is not None and callspec.params.get("store") in FAST_BACKENDS
         if where.startswith(FAST_PATHS) or (where.startswith(FAST_CONTRACT) and on_embedded):
             item.add_marker(pytest.mark.fast)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, on the controller
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """pytest-xdist's --dist loadfile schedules by node id: of tests that share one, all but
+    one would be dropped without a word. (schemathesis names all its cases alike: the fast
+    lane, where they are, runs with --dist load.)"""
+    if node.config.getoption("dist") != "loadfile":
+        return
+    shared = sorted(nodeid for nodeid, count in collections.Counter(ids).items() if count > 1)
+    if shared:
+        raise pytest.UsageError(f"--dist loadfile would run only one test of each of {shared}")
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 
-from tests.daemons import REPO
+from tests.support.daemons import REPO
 
 
 def test_a_leaderd_without_flags_resolves_none_of_this_hosts_state() -> None:

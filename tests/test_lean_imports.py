@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.daemons import REPO
+from tests.support.daemons import REPO
 
 CHECK = """
 import json, os, ssl

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from tests.daemons import REPO
+from tests.support.daemons import REPO
 
 FRAGMENTED = """
 import json

@@ -30,6 +30,7 @@ _SCHEMES: dict[str, tuple[str, str]] = {
     "postgres+advisory": ("leaderd.backends.postgres.advisory", "PostgresAdvisoryBackend"),
     "etcd": ("leaderd.backends.etcd.backend", "EtcdBackend"),
     "etcd+https": ("leaderd.backends.etcd.backend", "EtcdBackend"),
+    "kubernetes": ("leaderd.backends.kubernetes.backend", "KubernetesBackend"),
 }
 
 _FILE_SCHEMES = ("sqlite", "static")

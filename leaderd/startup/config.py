@@ -42,6 +42,7 @@ _ENV = {
     "max_connections": "LEADERD_MAX_CONNECTIONS",
     "header_timeout": "LEADERD_HEADER_TIMEOUT",
     "keepalive_timeout": "LEADERD_KEEPALIVE_TIMEOUT",
+    "label_pod": "LEADERD_LABEL_POD",
     **{key: f"LEADERD_{key.upper()}" for key in _TIMING_KEYS},
     **ENV_ELIGIBILITY,
 }
@@ -88,6 +89,8 @@ class Config:
     header_timeout: float = 10.0
     # An idle keep-alive connection (no request in progress) is closed after this long.
     keepalive_timeout: float = 75.0
+    # (key, value) of the label the leader's pod carries while it leads (Kubernetes).
+    label_pod: tuple[str, str] | None = None
 
 
 def load(
@@ -122,6 +125,7 @@ def load(
         max_connections=_count("max_connections", settings.get("max_connections", 16384)),
         header_timeout=_positive("header_timeout", settings.get("header_timeout", 10.0)),
         keepalive_timeout=_positive("keepalive_timeout", settings.get("keepalive_timeout", 75.0)),
+        label_pod=_label_pod(settings.get("label_pod"), elections),
     )
 
 
@@ -361,6 +365,21 @@ def _kill_grace(value: Any, elections: tuple[ElectionConfig, ...]) -> float:
                 "or the child is stopped before every renewal"
             )
     return grace
+
+
+def _label_pod(value: Any, elections: tuple[ElectionConfig, ...]) -> tuple[str, str] | None:
+    if value in (None, ""):
+        return None
+    from ..backends.kubernetes.labels import parse_label
+
+    if len(elections) > 1 and "default" not in {e.name for e in elections}:
+        raise ConfigError(
+            "label_pod follows the only election, or the one named default: there is neither"
+        )
+    try:
+        return parse_label(str(value))
+    except ValueError as exc:
+        raise ConfigError(f"label_pod: {exc}") from None
 
 
 def _existing(path: str) -> str | None:

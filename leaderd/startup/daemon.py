@@ -214,7 +214,22 @@ class Daemon:
             helpers.append(
                 asyncio.create_task(self._give_up_unless_leading(node, self.job.try_for))
             )
+        if self.config.label_pod is not None:
+            # Created after _supervise: its step-down hook (stop the command) is set first,
+            # and the label's removal follows it, both before the release.
+            helpers.append(asyncio.create_task(self._label_pod(node, self.config.label_pod)))
         return helpers
+
+    async def _label_pod(self, node: Node, label: tuple[str, str]) -> None:
+        from ..backends.kubernetes.pod_label import label_pod
+
+        election = node.election(None)
+        assert election is not None  # config: the only election, or default
+        try:
+            await label_pod(self.config.backend, label, election)
+        except BackendFatal as exc:
+            log.error("--label-pod: %s", exc)
+            self.request_stop(EXIT_FAILURE)
 
     async def _give_up_unless_leading(self, node: Node, try_for: float) -> None:
         """--try: stop, exit 75, unless this node leads within try_for of the start."""

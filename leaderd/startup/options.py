@@ -15,7 +15,8 @@ DAEMON_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
     (("-c", "--config"), {"dest": "config_file", "metavar": "FILE",
                           "help": f"TOML configuration file (default: {_DEFAULT_FILE})"}),
     (("--backend",), {"metavar": "URL", "help": "sqlite:///PATH, postgresql://..., "
-                      "postgresql+advisory://..., etcd://... or static:// (default: SQLite)"}),
+                      "postgresql+advisory://..., etcd://..., kubernetes:///NS "
+                      "or static:// (default: SQLite)"}),
     (("--election",), {"dest": "elections", "action": "append", "metavar": "NAME",
                        "help": "take part in election NAME (repeatable; default: default)"}),
     (("--node-id",), {"metavar": "ID", "help": "this daemon's unique name (default: host name)"}),
@@ -56,6 +57,8 @@ DAEMON_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                            "help": "a leader whose checks fail with no healthy standby: keep "
                                    "leading until one exists (handover, the default), "
                                    "step down, or keep leading"}),
+    (("--label-pod",), {"metavar": "KEY=VALUE", "help": "label this pod KEY=VALUE while it "
+                        "leads (Kubernetes; the pod is $POD_NAME, else the host name)"}),
     (("--log-format",), {"choices": ("text", "json"), "help": "text (default) or json"}),
     (("--log-level",), {"metavar": "LEVEL", "help": "debug, info (default), warning, error"}),
 ]  # fmt: skip

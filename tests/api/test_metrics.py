@@ -13,7 +13,7 @@ from leaderd.api.metrics import MeteredBackend, Metrics
 from leaderd.backends.base import BackendFatal, BackendUnavailable, Candidate
 from leaderd.backends.sqlite.backend import SQLiteBackend
 from leaderd.backends.static import StaticBackend
-from tests.backend_calls import ask, release
+from tests.support.backend_calls import ask, release
 
 from .conftest import eventually
 

@@ -18,7 +18,7 @@ To add a backend, register one more entry, e.g. for PostgreSQL::
     @register("postgresql+advisory", expire=expire_by_closing, marks=(pytest.mark.postgres,))
     async def _advisory(request: pytest.FixtureRequest) -> str: ...
 
-(and import the fixture the URL function needs, e.g. ``from tests.pg_fixtures import
+(and import the fixture the URL function needs, e.g. ``from tests.support.pg_fixtures import
 pg_server``, at the top of this file so pytest can find it).
 """
 
@@ -39,7 +39,8 @@ from leaderd.backends import Backend, Candidate, backend_from_url
 from leaderd.backends.base import Capability, LeaseLost
 from leaderd.backends.sqlite.backend import SQLiteBackend
 from tests.etcd.fixtures import etcd_cluster  # noqa: F401 - the fixture the etcd entry uses
-from tests.grants import stand_by_asking, stand_with_a_spare
+from tests.kubernetes.conftest import kube  # noqa: F401 - the fixture the kubernetes entry uses
+from tests.support.grants import stand_by_asking, stand_with_a_spare
 
 # Elections every instance opens; tests use these names.
 ELECTIONS = ("default", "other")
@@ -224,6 +225,25 @@ async def expire_by_lessor(store: Store, holder: Backend, election: str) -> Back
 async def _etcd(request: pytest.FixtureRequest) -> str:
     cluster = request.getfixturevalue("etcd_cluster")  # the session's 3 members
     return str(cluster.url(prefix=f"/leaderd-test/{uuid.uuid4().hex[:10]}/"))
+
+
+async def expire_by_watching(store: Store, holder: Backend, election: str) -> Backend:
+    """kubernetes: no server clock expires a Lease; each daemon judges it lapsed once it has
+    seen the same resourceVersion for the holder's ttl on its own clock (the takeover rule).
+    Every instance looks now, then waits that long."""
+    for backend in store.instances:
+        await backend.observe(election)
+    await asyncio.sleep(SHORT_TTL * 1.5)
+    return holder
+
+
+@register("kubernetes", expire=expire_by_watching, marks=(pytest.mark.kubernetes,))
+async def _kubernetes(request: pytest.FixtureRequest) -> str:
+    control_plane = request.getfixturevalue("kube")  # the session's API server
+    tmp_path = request.getfixturevalue("tmp_path")
+    kubeconfig = control_plane.restricted.kubeconfig(str(tmp_path / "restricted.kubeconfig"))
+    prefix = f"t{uuid.uuid4().hex[:10]}-"
+    return f"kubernetes:///leaderd-test?lease-prefix={prefix}&kubeconfig={kubeconfig}"
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

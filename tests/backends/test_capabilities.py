@@ -3,6 +3,9 @@ capability it lacks; the contract registry (conftest.py) skips by that declarati
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from leaderd.backends import backend_from_url
@@ -34,3 +37,20 @@ def test_settings_narrow_an_instance_not_its_class() -> None:
     assert Capability.TAKEOVER in wait.capabilities
     assert Capability.DURABLE in backend_from_url("static:///tmp/leaderd-terms.json").capabilities
     assert Capability.DURABLE not in backend_from_url("static://").capabilities
+
+
+def test_kubernetes_declares_what_no_server_clock_allows(tmp_path: Path) -> None:
+    """No server clock judges a Lease: its expiry is the takeover rule on the daemon's own
+    clock, so it neither reports a ttl left nor reserves nor grants (docs/kubernetes.md)."""
+    config = {
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    (tmp_path / "kubeconfig").write_text(json.dumps(config))
+    url = f"kubernetes:///ns?kubeconfig={tmp_path / 'kubeconfig'}"
+    capabilities = backend_from_url(url).capabilities
+    assert set(capabilities.lacks) == {Capability.TTL_LEFT, Capability.RESERVES, Capability.GRANTS}
+    assert {Capability.EXPIRES, Capability.TAKEOVER, Capability.DURABLE} <= capabilities
+    assert all(reason.strip() for reason in capabilities.lacks.values())

@@ -11,7 +11,7 @@ import time
 
 from leaderd.backends import Backend, Candidate, Lease
 from leaderd.backends.base import Capability
-from tests.backend_calls import ask, release
+from tests.support.backend_calls import ask, release
 
 from .conftest import LONG_TTL, SHORT_TTL, Store
 

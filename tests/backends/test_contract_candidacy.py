@@ -13,7 +13,7 @@ from pathlib import Path
 from leaderd.backends import Backend, Candidate
 from leaderd.backends.base import Capability
 from leaderd.backends.sqlite.backend import SQLiteBackend
-from tests.backend_calls import ask, release
+from tests.support.backend_calls import ask, release
 
 from .conftest import LONG_TTL, Store
 from .test_contract import E, acquire, held

@@ -15,7 +15,7 @@ from leaderd.backends.records import (
     EndReason,
     Member,
 )
-from tests.backend_calls import ask, release
+from tests.support.backend_calls import ask, release
 
 from .conftest import LONG_TTL, SHORT_TTL, Store
 from .test_contract import TIMEOUT, TWIN, A, B, C, E, acquire, held, take_over

@@ -18,8 +18,8 @@ import pytest
 
 from leaderd.backends import Backend, Candidate, Lease
 from leaderd.backends.base import Capability
-from tests.backend_calls import ask, release
-from tests.grants import wait_grant
+from tests.support.backend_calls import ask, release
+from tests.support.grants import wait_grant
 
 from .conftest import LONG_TTL, Store
 from .test_contract import TWIN, A, B, C, E, held

@@ -13,7 +13,7 @@ import pytest
 
 from leaderd.backends import Backend, Candidate, Lease
 from leaderd.backends.base import Capability
-from tests.backend_calls import ask, release
+from tests.support.backend_calls import ask, release
 
 from .conftest import LONG_TTL, SHORT_TTL, Store
 from .test_contract import TIMEOUT, TWIN, WAIT, A, B, C, E, acquire, held, wait_in_background

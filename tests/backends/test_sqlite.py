@@ -24,7 +24,7 @@ from leaderd.backends import (
 from leaderd.backends.sqlite import wake as sqlite_wake
 from leaderd.backends.sqlite.backend import SQLiteBackend
 from leaderd.backends.sqlite.host import refuse_shared_filesystem
-from tests.backend_calls import ask
+from tests.support.backend_calls import ask
 
 from .conftest import LONG_TTL, SHORT_TTL, Opener
 

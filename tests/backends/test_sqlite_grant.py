@@ -13,7 +13,7 @@ import pytest
 
 from leaderd.backends import Candidate
 from leaderd.backends.sqlite.backend import SQLiteBackend
-from tests.backend_calls import ask, release
+from tests.support.backend_calls import ask, release
 
 E = "default"
 A = Candidate("node-a", "10.0.0.1:80")

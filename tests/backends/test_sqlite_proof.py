@@ -16,8 +16,8 @@ import pytest
 from leaderd.backends import BackendFatal, Candidate
 from leaderd.backends.sqlite.backend import SQLiteBackend
 from leaderd.backends.sqlite.proof import SUFFIX
-from tests.backend_calls import ask, release
-from tests.holder_lock import break_holder_lock
+from tests.support.backend_calls import ask, release
+from tests.support.holder_lock import break_holder_lock
 
 from .conftest import ELECTIONS, LONG_TTL, SHORT_TTL, Opener
 

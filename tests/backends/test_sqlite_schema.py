@@ -10,7 +10,7 @@ from leaderd.backends.sqlite.backend import SQLiteBackend
 from leaderd.backends.sqlite.host import boot_id
 from leaderd.backends.sqlite.schema import SCHEMA_VERSION
 from leaderd.clock import boottime
-from tests.backend_calls import ask, release
+from tests.support.backend_calls import ask, release
 
 from .conftest import ELECTIONS, LONG_TTL
 

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.daemons import REPO
+from tests.support.daemons import REPO
 
 # Each run has its own 120 s timeout; a busy machine needs both it and the checks.
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(300)]
@@ -108,3 +108,20 @@ def test_handover_ratios_to_etcdctl_in_the_same_run(tmp_path: Path) -> None:
         assert figure(report, backend, "graceful handover p50 / etcdctl's") > 0
     sqlite = report["data"]["handover sqlite"]
     assert sqlite["first"]["n"] == 2 and sqlite["all"]["n"] == 2
+
+
+@pytest.mark.kubernetes
+def test_kubernetes_bench_measures_leaderd_and_client_go(tmp_path: Path) -> None:
+    """bench/kubernetes.py: one hand-over and one crash failover of each, same control plane."""
+    out = tmp_path / "kube.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.kubernetes", "--handovers", "1", "--failovers", "1",
+         "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=280, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"bench failed:\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    report: dict[str, Any] = orjson.loads(out.read_bytes())
+    for who in ("leaderd", "client-go"):
+        for family in ("handover", "failover"):
+            first = report[who][family]["first"]
+            assert first["n"] == 1 and 0 < first["p50"] < 60, (who, family, first)

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from tests.etcd.chaos import EtcdChaos
-from tests.pgserver import PgServer
+from tests.support.pgserver import PgServer
 
 from .harness import ALL_FAULTS, BACKENDS, Chaos, Settings
 from .report import table, violations_text
@@ -98,7 +98,7 @@ async def run_all(plans: Sequence[Settings], pg: PgServer | None = None) -> list
     own = None
     try:
         for s in plans:
-            postgres = s.backend not in ("sqlite", "etcd")
+            postgres = s.backend not in ("sqlite", "etcd", "kubernetes")
             if postgres and pg is None:
                 pg = own = await asyncio.to_thread(PgServer)
             if postgres:
@@ -106,13 +106,24 @@ async def run_all(plans: Sequence[Settings], pg: PgServer | None = None) -> list
                 await asyncio.to_thread(pg.ensure_running)
             what = f"{s.backend}, {s.nodes} nodes, {s.duration:g}s, seed {s.seed}"
             print(f"chaos: {what}", flush=True)
-            chaos = EtcdChaos(s) if s.backend == "etcd" else Chaos(s, pg if postgres else None)
+            chaos = chaos_for(s, pg if postgres else None)
             result = await chaos.run()
             runs.append(result.as_dict())
     finally:
         if own is not None:
             await asyncio.to_thread(own.cleanup)
     return runs
+
+
+def chaos_for(s: Settings, pg: PgServer | None) -> Chaos:
+    """The harness for a backend: etcd and kubernetes bring their own servers' faults."""
+    if s.backend == "etcd":
+        return EtcdChaos(s)
+    if s.backend == "kubernetes":
+        from tests.kubernetes.chaos import KubeChaos
+
+        return KubeChaos(s)
+    return Chaos(s, pg)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,8 +27,8 @@ from typing import Any
 import asyncpg
 
 from leaderd.supervision.containment import children
-from tests.daemons import Daemon, short_tempdir
-from tests.pgserver import FakeTimeServer, PgServer
+from tests.support.daemons import Daemon, short_tempdir
+from tests.support.pgserver import FakeTimeServer, PgServer
 
 from .check import (
     Fault,
@@ -44,7 +44,7 @@ from .proxy import FaultProxy, RuleBook
 from .request_faults import REQUEST_FAULTS, RequestFaults
 from .sqlite_faults import SQLITE_FAULTS, STALL_FLAG, SqliteFaults, build_fsync_shim, stall_flag
 
-BACKENDS = ("sqlite", "postgresql", "advisory", "etcd")
+BACKENDS = ("sqlite", "postgresql", "advisory", "etcd", "kubernetes")
 PROCESS_FAULTS = ("sigkill", "sigstop", "sigterm")
 # Faults of the members of a 3-member etcd cluster (tests/etcd/chaos.py injects them).
 ETCD_FAULTS = ("etcd_kill", "etcd_leader_kill", "etcd_stop", "etcd_quorum_loss")
@@ -58,10 +58,15 @@ FAULTS = {
     "etcd": (*PROCESS_FAULTS, *ETCD_FAULTS, *REQUEST_FAULTS, "partition"),
 }
 FAULTS["advisory"] = FAULTS["postgresql"]
+# Faults of the control plane under kubernetes:// (tests/kubernetes/chaos.py injects them).
+KUBE_FAULTS = ("apiserver_kill", "apiserver_stop", "apiserver_etcd_stop", "rbac_revoke")
+FAULTS["kubernetes"] = (*PROCESS_FAULTS, *KUBE_FAULTS)
 # Only with Settings.supervise: every daemon runs tests/chaos/command.py under its keeper.
 KEEPER_FAULTS = ("keeper_sigkill", "keeper_sigstop", "both_sigstop")
 ALL_FAULTS = tuple(
-    dict.fromkeys(FAULTS["sqlite"] + FAULTS["postgresql"] + FAULTS["etcd"] + KEEPER_FAULTS)
+    dict.fromkeys(
+        FAULTS["sqlite"] + FAULTS["postgresql"] + FAULTS["etcd"] + KUBE_FAULTS + KEEPER_FAULTS
+    )
 )
 # Faults that take the leader away the moment they hit it: a leader is owed from the
 # injection (rule 6; for SIGSTOP counted from the stop). The others hold the cluster
@@ -94,6 +99,9 @@ class Settings:
     # Stop once every fault kind was injected this many times (duration still caps the run);
     # 0: run the whole duration. The test suite's short runs deal one deck each.
     decks: int = 0
+    # Stop after the first fault that broke a safety rule (duration still caps the run): the
+    # checker's own test needs one violation, not a whole run of them.
+    until_violation: bool = False
 
     @property
     def bound(self) -> float:
@@ -223,7 +231,7 @@ class Chaos(RequestFaults, SqliteFaults):
         await self._start()
         try:
             until = time.monotonic() + self.s.duration
-            while time.monotonic() < until and not self._dealt():
+            while time.monotonic() < until and not self._dealt() and not self._caught():
                 await self._one_fault()
             await self._heal_all()
             await self._check_watchers()
@@ -398,6 +406,10 @@ class Chaos(RequestFaults, SqliteFaults):
             return False
         injected = Counter(fault.kind for fault in self.faults)
         return all(injected[kind] >= self.s.decks for kind in self.kinds)
+
+    def _caught(self) -> bool:
+        """A safety rule already broken, when the run stops at the first one."""
+        return self.s.until_violation and check_safety(self.obs.claims).total > 0
 
     def _next_kind(self) -> str:
         """Every kind once per shuffled deck: a short run still sees each kind."""

@@ -14,7 +14,7 @@ import pytest
 
 from tests.chaos.harness import FAULTS, Chaos, Result, Settings
 from tests.etcd.chaos import EtcdChaos
-from tests.pgserver import PgServer
+from tests.support.pgserver import PgServer
 
 # A deck ends well before this; a run that reaches it has missed a kind, and fails.
 CAP = 90.0
@@ -80,8 +80,9 @@ def test_checker_catches_an_engine_that_does_not_self_fence() -> None:
     """SIGSTOP the leader past its ttl: after SIGCONT the unfenced one answers "leader" with
     its old term while another node already leads with a newer one."""
     settings = Settings(
-        backend="sqlite", duration=25, unsafe=True, faults=("sigstop",), leader_bias=1.0
-    )
+        backend="sqlite", duration=25, unsafe=True, faults=("sigstop",), leader_bias=1.0,
+        until_violation=True,
+    )  # fmt: skip
     result = run(settings)
     assert result.violations.counts.get("stale_leader", 0) > 0, summary(result)
     stale = next(v for v in result.violations.listed if v["kind"] == "stale_leader")

@@ -20,7 +20,7 @@ from tests.chaos.proxy import DELAY, DROP, LATE, LOSE_ANSWER, FaultProxy, Rule
 from tests.chaos.wire import Link
 from tests.etcd.cluster import EtcdCluster
 from tests.etcd.fixtures import etcd, etcd_cluster  # noqa: F401 (fixtures)
-from tests.pgserver import PgServer
+from tests.support.pgserver import PgServer
 
 
 def _link() -> Link:

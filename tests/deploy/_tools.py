@@ -7,6 +7,7 @@ these tests exist to prove the artefacts pass the tool each ecosystem uses.
 from __future__ import annotations
 
 import ast
+import hashlib
 import os
 import shutil
 import subprocess
@@ -63,16 +64,37 @@ def run(
     return done
 
 
+# The build context's top-level files (with the package, leaderd/): what .dockerignore lets in.
+CONTEXT_FILES = ("pyproject.toml", "README.md", "LICENSE", *IMAGE_LOCKS)
+# Builds kept between runs, keyed by what went into them (as tests/kubernetes/build.sh does).
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "leaderd-tests"
+
+
 def source_copy(dest: Path) -> Path:
     """What a build needs (the Docker build context): pyproject, README, the package."""
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "packaging").mkdir(exist_ok=True)
-    for name in ("pyproject.toml", "README.md", "LICENSE", *IMAGE_LOCKS):
+    for name in CONTEXT_FILES:
         if (ROOT / name).exists():
             shutil.copy2(ROOT / name, dest / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(ROOT / "leaderd", dest / "leaderd", ignore=ignore)
     return dest
+
+
+def context_digest(*more: str) -> str:
+    """A key for a build from the Dockerfile and its context: the Dockerfile, every file of the
+    context (names and bytes) and ``more`` (a base image's id, the interpreter's version)."""
+    digest = hashlib.sha256()
+    package = sorted(p for p in (ROOT / "leaderd").rglob("*") if p.is_file())
+    files = [ROOT / "Dockerfile", *(ROOT / name for name in CONTEXT_FILES), *package]
+    for path in files:
+        if "__pycache__" in path.parts or path.suffix == ".pyc" or not path.exists():
+            continue
+        digest.update(f"{path.relative_to(ROOT)}\0".encode() + path.read_bytes() + b"\0")
+    for word in more:
+        digest.update(word.encode() + b"\0")
+    return digest.hexdigest()[:16]
 
 
 def project_version() -> str:

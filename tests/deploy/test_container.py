@@ -8,17 +8,29 @@ image itself and runs it with podman.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from ._tools import IMAGE_LOCKS, ROOT, project_version, require, run, source_copy
+from ._tools import (
+    CACHE,
+    IMAGE_LOCKS,
+    ROOT,
+    context_digest,
+    project_version,
+    require,
+    run,
+    source_copy,
+)
 
 # The container recipe's build step has its own 600 s timeout.
 pytestmark = [pytest.mark.deploy, pytest.mark.timeout(900)]
@@ -87,9 +99,29 @@ def test_dockerignore_keeps_the_context_to_what_the_wheel_needs() -> None:
 
 
 @pytest.fixture(scope="module")
-def image_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The builder stage's RUN lines, run here; returns the virtualenv they made."""
-    base = tmp_path_factory.mktemp("image")
+def image_venv() -> Path:
+    """The builder stage's RUN lines, run here; returns the virtualenv they made. Kept between
+    runs under the digest of the Dockerfile, its context and this interpreter: a change to any
+    of them runs the lines again. A virtualenv names its own path, so it is made in place."""
+    base = CACHE / "image-venv" / context_digest(sys.version, sys.executable)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    done = base / "done"
+    with open(base.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two runs at once replay the lines once
+        if not done.exists():
+            shutil.rmtree(base, ignore_errors=True)  # what an interrupted run left
+            replay_builder(base)
+            done.touch()
+        for other in base.parent.iterdir():  # other contexts' ones, a day unused
+            if other.is_dir() and other != base and time.time() - other.stat().st_mtime > 86400:
+                shutil.rmtree(other, ignore_errors=True)
+    os.utime(base)
+    return base / "venv"
+
+
+def replay_builder(base: Path) -> None:
+    """Run the builder stage's RUN lines with the image's paths moved below ``base``."""
+    base.mkdir(parents=True)
     # The build context: what .dockerignore lets through.
     src = source_copy(base / "src")
     paths = {
@@ -109,7 +141,6 @@ def image_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for image_path, here in paths.items():
             command = re.sub(rf"{re.escape(image_path)}(?=[/ ]|$)", str(here), command)
         run(["bash", "-euo", "pipefail", "-c", command], env=env, cwd=src, timeout=600)
-    return paths["/opt/leaderd"]
 
 
 def test_image_install_builds_one_leaderd_wheel(image_venv: Path) -> None:

@@ -18,7 +18,6 @@ What the host imposes, and what each setting here is for:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -36,9 +35,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemons import curl, short_tempdir, wait_for
+from tests.support.daemons import curl, short_tempdir, wait_for
 
-from ._tools import ROOT, require, run
+from ._tools import ROOT, context_digest, require, run
 
 # Building the base image and the image (up to 600 + 900 s of their own timeouts).
 pytestmark = [pytest.mark.deploy, pytest.mark.timeout(1800)]
@@ -50,8 +49,10 @@ PODMAN_OPTIONS = [
 ]  # fmt: skip
 ULIMITS = ["--ulimit", "nofile=16384:16384", "--ulimit", "nproc=4096:4096"]
 BASE = "localhost/leaderd-base:bookworm"
-# One tag per checkout, so that two work trees on one machine do not race for it.
-IMAGE = f"localhost/leaderd:test-{hashlib.sha1(str(ROOT).encode()).hexdigest()[:8]}"
+# Tagged by what it is built from (tests/deploy/_tools.py, context_digest): an image already in
+# the store for this Dockerfile, build context and base is used as it is, as the kube-apiserver
+# build is (tests/kubernetes/build.sh); any change to them builds a new one.
+IMAGE_REPO = "localhost/leaderd"
 CA_BUNDLE = Path("/etc/ssl/certs")  # the host's trust store, for pip behind a TLS proxy
 
 
@@ -68,16 +69,29 @@ def image() -> str:
         require(tool)
     run([ROOT / "packaging" / "debian-base-image.sh", BASE, "--", *PODMAN_OPTIONS], timeout=600)
     certs = ["--volume", f"{CA_BUNDLE}:{CA_BUNDLE}:ro"] if CA_BUNDLE.is_dir() else []
+    base_id = podman("image", "inspect", "--format", "{{.Id}}", BASE).strip()
+    image = f"{IMAGE_REPO}:ctx-{context_digest(base_id)}"
+    if run([require("podman"), *PODMAN_OPTIONS, "image", "exists", image], check=False).returncode:
+        build(image, certs)
+    size = int(podman("image", "inspect", "--format", "{{.Size}}", image))
+    print(f"\nimage {image}: {size / 1e6:.0f} MB on {BASE}")
+    return image
+
+
+def build(image: str, certs: list[str]) -> None:
+    """podman build; then images of other contexts a day old go (the vfs store is large)."""
     started = time.monotonic()
     podman(
         "build", "--layers=false", "--network", "host", *certs, "--build-arg", f"BASE={BASE}",
-        "--tag", IMAGE, "--file", str(ROOT / "Dockerfile"), str(ROOT), timeout=900,
+        "--tag", image, "--file", str(ROOT / "Dockerfile"), str(ROOT), timeout=900,
     )  # fmt: skip
-    built = time.monotonic() - started
-    podman("image", "prune", "--force")  # the image this tag named before
-    size = int(podman("image", "inspect", "--format", "{{.Size}}", IMAGE))
-    print(f"\nimage {IMAGE}: {size / 1e6:.0f} MB, built in {built:.0f}s on {BASE}")
-    return IMAGE
+    print(f"\nimage {image}: built in {time.monotonic() - started:.0f}s")
+    podman("image", "prune", "--force")
+    old = podman("images", "--filter", f"reference={IMAGE_REPO}:ctx-*", "--filter", "until=24h",
+                 "--format", "{{.Repository}}:{{.Tag}}").split()  # fmt: skip
+    for name in old:
+        if name != image:  # one still in use stays: rmi without --force refuses it
+            podman("rmi", name, check=False)
 
 
 @dataclass

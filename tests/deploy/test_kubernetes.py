@@ -13,7 +13,13 @@ from ._tools import ROOT, default_shutdown_timeout, require, run
 pytestmark = pytest.mark.deploy
 
 EXAMPLE = ROOT / "examples" / "kubernetes"
-MANIFESTS = ["deployment.yaml", "pdb.yaml", "networkpolicy.yaml", "secret.example.yaml"]
+MANIFESTS = [
+    "deployment.yaml",
+    "pdb.yaml",
+    "networkpolicy.yaml",
+    "secret.example.yaml",
+    "lease.yaml",
+]
 
 
 def validate(*files: Path) -> str:
@@ -169,3 +175,31 @@ def test_readme_states_the_sidecar_version_and_the_fallback() -> None:
     readme = (EXAMPLE / "README.md").read_text()
     assert "Kubernetes 1.29 or\nlater" in readme or "Kubernetes 1.29 or later" in readme
     assert "preStop" in readme and "Init:0/1" in readme
+
+
+def test_the_lease_example_needs_no_database_and_routes_to_the_leader() -> None:
+    """lease.yaml: kubernetes:// with the pod's own credentials, the leader's pod labelled,
+    a Service selecting that label, RBAC for leases and pod labels only, the token in
+    leaderd's container alone."""
+    import yaml
+
+    docs = {d["kind"]: d for d in yaml.safe_load_all((EXAMPLE / "lease.yaml").read_text())}
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    leaderd, app = sidecar(pod), pod["containers"][0]
+    settings = env(leaderd)
+    assert settings["LEADERD_BACKEND"].startswith("kubernetes:///")
+    assert not any("secretKeyRef" in str(v) for v in settings.values())
+    key, value = settings["LEADERD_LABEL_POD"].split("=")
+    assert docs["Service"]["spec"]["selector"] == {
+        **docs["Deployment"]["spec"]["selector"]["matchLabels"],
+        key: value,
+    }
+    assert env(leaderd)["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    rules = {(r["apiGroups"][0], r["resources"][0]): r["verbs"] for r in docs["Role"]["rules"]}
+    assert set(rules) == {("coordination.k8s.io", "leases"), ("", "pods")}
+    assert rules["", "pods"] == ["get", "patch"]
+    assert pod["serviceAccountName"] == docs["ServiceAccount"]["metadata"]["name"]
+    assert pod["automountServiceAccountToken"] is False
+    token = "/var/run/secrets/kubernetes.io/serviceaccount"
+    assert token in [m["mountPath"] for m in leaderd["volumeMounts"]]
+    assert token not in [m["mountPath"] for m in app["volumeMounts"]]

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from leaderd.backends import Candidate, backend_from_url
-from tests.backend_calls import ask
+from tests.support.backend_calls import ask
 
 from ._tools import ROOT, require, run, source_copy
 

@@ -24,8 +24,8 @@ import time
 
 from tests.chaos.harness import Chaos, Fault, Node, Settings
 from tests.chaos.proxy import FaultProxy, RuleBook
-from tests.daemons import short_tempdir
 from tests.etcd.cluster import EtcdCluster, Member
+from tests.support.daemons import short_tempdir
 
 # etcd's lessor looks for expired leases every 500 ms.
 LESSOR = 0.5

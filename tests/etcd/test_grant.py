@@ -13,9 +13,9 @@ import uuid
 import pytest
 
 from leaderd.backends import Backend, BackendError, Candidate, backend_from_url
-from tests.backend_calls import ask, release
 from tests.etcd.cluster import EtcdCluster
-from tests.grants import stand_with_a_spare, wait_grant
+from tests.support.backend_calls import ask, release
+from tests.support.grants import stand_with_a_spare, wait_grant
 
 A = Candidate("node-a", "10.0.0.1:80")
 B = Candidate("node-b", "10.0.0.2:80")

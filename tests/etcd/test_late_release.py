@@ -1,7 +1,8 @@
-"""A release held until after the next renewal, on etcd (tests/held_release.py): node-a talks
-to one member's gateway through the proxy, which holds its release (or grant) transaction.
-A keepalive does not move the key's mod revision, which that transaction compares, so only
-the engine's rule keeps it harmless: no leading again on a term whose release is in doubt."""
+"""A release held until after the next renewal, on etcd (tests/support/held_release.py):
+node-a talks to one member's gateway through the proxy, which holds its release (or grant)
+transaction. A keepalive does not move the key's mod revision, which that transaction
+compares, so only the engine's rule keeps it harmless: no leading again on a term whose
+release is in doubt."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from leaderd.backends.etcd.gateway import b64
 from tests.etcd.cluster import EtcdCluster
-from tests.held_release import RESIGNS, leader_behind_a_proxy, resign_with_the_release_held
+from tests.support.held_release import RESIGNS, leader_behind_a_proxy, resign_with_the_release_held
 
 pytestmark = pytest.mark.slow
 

@@ -16,10 +16,10 @@ import base64
 
 from leaderd.backends import Backend, Candidate
 from leaderd.backends.base import LeaseLost
-from tests.backend_calls import ask, release
 from tests.etcd.test_grant import Cluster, stand
 from tests.etcd.test_grant import cluster as cluster  # the fixture
-from tests.grants import wait_grant
+from tests.support.backend_calls import ask, release
+from tests.support.grants import wait_grant
 
 A = Candidate("node-a", "10.0.0.1:80")
 B = Candidate("node-b", "10.0.0.2:80")

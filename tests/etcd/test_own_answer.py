@@ -32,9 +32,9 @@ from typing import Any
 import pytest
 
 from leaderd.clock import boottime
-from tests.daemons import Daemon, short_tempdir, wait_for
 from tests.etcd.cluster import EtcdCluster
 from tests.etcd.gateway_proxy import PASS, REFUSE, WATCH, GatewayProxy
+from tests.support.daemons import Daemon, short_tempdir, wait_for
 
 pytestmark = pytest.mark.slow
 

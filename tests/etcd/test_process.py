@@ -17,10 +17,10 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from tests import switchover
-from tests.daemons import Daemon, leaders, released_to, short_tempdir, wait_for
 from tests.etcd.cluster import EtcdCluster, Member
-from tests.referee import Referee
+from tests.support import switchover
+from tests.support.daemons import Daemon, leaders, released_to, short_tempdir, wait_for
+from tests.support.referee import Referee
 
 pytestmark = pytest.mark.slow
 

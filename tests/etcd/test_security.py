@@ -14,10 +14,10 @@ import pytest
 
 from leaderd.backends import Backend, BackendFatal, Candidate, backend_from_url
 from leaderd.backends.etcd.gateway import PASSWORD_ENV
-from tests.backend_calls import ask
-from tests.daemons import Daemon, short_tempdir
 from tests.etcd import tls
 from tests.etcd.cluster import EtcdCluster, Tls
+from tests.support.backend_calls import ask
+from tests.support.daemons import Daemon, short_tempdir
 
 PASSWORD = "s3cr3t-Pa55:word"  # a test fixture, not a secret
 QUOTED = "s3cr3t-Pa55%3Aword"

@@ -17,8 +17,8 @@ from collections.abc import Callable
 import pytest
 
 from leaderd.clock import boottime
-from tests.backend_calls import ask, release
 from tests.etcd.test_grant import A, B, Cluster, E, cluster
+from tests.support.backend_calls import ask, release
 
 __all__ = ["cluster"]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemons import REPO, Daemon, short_tempdir, wait_for
+from tests.support.daemons import REPO, Daemon, short_tempdir, wait_for
 
 EXAMPLES = REPO / "examples"
 

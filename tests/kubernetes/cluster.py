@@ -43,6 +43,18 @@ ROLE_RULES = [
 ]
 
 
+def role_binding() -> dict[str, Any]:
+    """The RoleBinding that grants SERVICE_ACCOUNT the Role of ROLE_RULES (faults delete it,
+    and create it again from here)."""
+    return {
+        "metadata": {"name": SERVICE_ACCOUNT, "namespace": NAMESPACE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": SERVICE_ACCOUNT},
+        "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT,
+                      "namespace": NAMESPACE}],
+    }  # fmt: skip
+
+
 class ControlPlaneError(RuntimeError):
     """The control plane could not be built, started or set up; the message says why."""
 
@@ -176,9 +188,20 @@ class ControlPlane:
             "--endpoint-reconciler-type=none",
             "--profiling=false", "--enable-logs-handler=false",
         ]  # fmt: skip
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        self._args = args
+        self.start_server()
         return Client(f"https://127.0.0.1:{port}", ca[0], admin_token)
+
+    def start_server(self) -> None:
+        """Start kube-apiserver (again, after kill_server) with the same flags and state."""
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self._args, stdout=log, stderr=subprocess.STDOUT)
+
+    def kill_server(self) -> None:
+        """SIGKILL kube-apiserver; etcd, and so every object, stays."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """Until /readyz answers ok: etcd reached, built-in roles and API groups set up."""
@@ -208,26 +231,13 @@ class ControlPlane:
         self.admin.ok("POST", "/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
         self.admin.ok("POST", f"{ns}/serviceaccounts", {"metadata": meta})
         self.admin.ok("POST", f"{rbac}/roles", {"metadata": meta, "rules": ROLE_RULES})
-        binding = {
-            "metadata": meta,
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "Role",
-                "name": SERVICE_ACCOUNT,
-            },
-            "subjects": [
-                {"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": NAMESPACE}
-            ],
-        }
-        self.admin.ok("POST", f"{rbac}/rolebindings", binding)
+        self.admin.ok("POST", f"{rbac}/rolebindings", role_binding())
         request = {"spec": {"expirationSeconds": 3600}}
         grant = self.admin.ok("POST", f"{ns}/serviceaccounts/{SERVICE_ACCOUNT}/token", request)
         return Client(self.admin.server, self.admin.cacert, grant["status"]["token"])
 
     def cleanup(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(30)
+        self.kill_server()
         if self.etcd is not None:
             self.etcd.cleanup()
         shutil.rmtree(self.workdir, ignore_errors=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -12,8 +11,8 @@ from typing import Any
 import asyncpg
 
 from leaderd.backends import Backend, Candidate, backend_from_url
-from tests.backend_calls import ask
-from tests.pgserver import PgServer
+from tests.support.backend_calls import ask
+from tests.support.pgserver import PgServer
 
 SCHEMES = ("postgresql", "postgresql+advisory")
 
@@ -86,13 +85,3 @@ async def lock_queue_empties(conn: asyncpg.Connection, application_name: str) ->
             return True
         await asyncio.sleep(0.01)
     return False
-
-
-class Stopwatch:
-    def __enter__(self) -> Stopwatch:
-        self.start = time.monotonic()
-        self.elapsed = 0.0
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.elapsed = time.monotonic() - self.start

@@ -11,9 +11,9 @@ import time
 import pytest
 
 from leaderd.backends import BackendFatal, BackendUnavailable, Candidate, backend_from_url
-from tests.backend_calls import ask, release
-from tests.pgserver import PASSWORD, PASSWORD_USER, PgServer
-from tests.postgres.helpers import Stopwatch, opened, unique, url
+from tests.postgres.helpers import opened, unique, url
+from tests.support.backend_calls import ask, release
+from tests.support.pgserver import PASSWORD, PASSWORD_USER, PgServer
 
 pytestmark = pytest.mark.postgres
 
@@ -126,17 +126,17 @@ async def test_server_stopped_requests_fail_within_the_timeout(
     async with opened(u, e) as a:
         await ask(a, e, A, ttl=15, timeout=5)
         await asyncio.to_thread(pg.stop)
+        # Each request ends on the server's own answer (nobody listens: refused), never by
+        # waiting out its timeout; a request that hangs is test_unresponsive_server_...'s.
         for _ in range(3):
-            with Stopwatch() as sw:
-                try:
-                    lease = await ask(a, e, A, ttl=15, timeout=1)
-                    assert not lease.held_by(A)  # the advisory session is gone
-                except BackendUnavailable as exc:
-                    assert PASSWORD not in str(exc)
-            assert sw.elapsed < 1.3
-        with Stopwatch() as sw, pytest.raises(BackendUnavailable):
+            try:
+                lease = await ask(a, e, A, ttl=15, timeout=1)
+                assert not lease.held_by(A)  # the advisory session is gone
+            except BackendUnavailable as exc:
+                assert PASSWORD not in str(exc)
+                assert "timed out" not in str(exc), exc
+        with pytest.raises(BackendUnavailable, match="ConnectionRefusedError"):
             await ask(a, e, A, ttl=15, timeout=1)
-        assert sw.elapsed < 1.3
 
 
 async def test_unresponsive_server_never_hangs_a_request(

@@ -19,9 +19,9 @@ from collections.abc import Iterator
 import pytest
 
 from leaderd.backends.postgres.advisory import advisory_key
-from tests.daemons import Daemon, leaders, short_tempdir, wait_for
-from tests.pgserver import FakeTimeServer
 from tests.postgres.helpers import unique
+from tests.support.daemons import Daemon, leaders, short_tempdir, wait_for
+from tests.support.pgserver import FakeTimeServer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

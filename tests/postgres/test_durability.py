@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from leaderd.backends import Backend, BackendUnavailable, Candidate, backend_from_url
-from tests.backend_calls import ask, release
-from tests.pgserver import PASSWORD, PASSWORD_USER, PgServer
 from tests.postgres.helpers import opened, unique
+from tests.support.backend_calls import ask, release
+from tests.support.pgserver import PASSWORD, PASSWORD_USER, PgServer
 
 pytestmark = pytest.mark.postgres
 

@@ -13,9 +13,9 @@ from leaderd.backends import BackendFatal, BackendUnavailable, Candidate
 from leaderd.backends.base import BackendError
 from leaderd.backends.postgres.conn import request
 from leaderd.backends.postgres.settings import PgSettings
-from tests.backend_calls import ask
-from tests.pgserver import PgServer
 from tests.postgres.helpers import opened, unique
+from tests.support.backend_calls import ask
+from tests.support.pgserver import PgServer
 
 SECRET = "s3cr3t-in-a-message"
 PG = PgSettings.from_url(f"postgresql://leaderd:{SECRET}@db.invalid/leaderd", "leaderd_lease")

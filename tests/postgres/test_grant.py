@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from leaderd.backends import Candidate
-from tests.backend_calls import ask
-from tests.pgserver import PgServer
 from tests.postgres.helpers import admin, opened, unique
+from tests.support.backend_calls import ask
+from tests.support.pgserver import PgServer
 
 pytestmark = pytest.mark.postgres
 

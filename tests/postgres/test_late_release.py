@@ -1,15 +1,15 @@
-"""A release held until after the next renewal, on both PostgreSQL backends (tests/held_release.py):
-the lease backend conditions its release on the version last answered, and the engine never
-leads again on a term whose release is in doubt; the advisory backend's release runs on the
-lock's own session, so no renewal can come between."""
+"""A release held until after the next renewal, on both PostgreSQL backends
+(tests/support/held_release.py): the lease backend conditions its release on the version last
+answered, and the engine never leads again on a term whose release is in doubt; the advisory
+backend's release runs on the lock's own session, so no renewal can come between."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.held_release import RESIGNS, leader_behind_a_proxy, resign_with_the_release_held
-from tests.pgserver import PgServer
 from tests.postgres.helpers import unique
+from tests.support.held_release import RESIGNS, leader_behind_a_proxy, resign_with_the_release_held
+from tests.support.pgserver import PgServer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

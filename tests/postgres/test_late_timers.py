@@ -18,8 +18,6 @@ from __future__ import annotations
 import pytest
 
 from leaderd.backends import Candidate
-from tests.backend_calls import ask
-from tests.pgserver import FakeTimeServer
 from tests.postgres.helpers import (
     admin,
     lock_queue_empties,
@@ -27,6 +25,8 @@ from tests.postgres.helpers import (
     standby_session_pids,
     unique,
 )
+from tests.support.backend_calls import ask
+from tests.support.pgserver import FakeTimeServer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

@@ -8,9 +8,9 @@ import pytest
 
 from leaderd.backends import BackendUnavailable, Candidate
 from leaderd.backends.postgres.lease import PostgresLeaseBackend
-from tests.backend_calls import ask, release
-from tests.pgserver import PgServer
 from tests.postgres.helpers import admin, opened, unique, until
+from tests.support.backend_calls import ask, release
+from tests.support.pgserver import PgServer
 
 pytestmark = pytest.mark.postgres
 

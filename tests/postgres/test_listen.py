@@ -10,8 +10,8 @@ import pytest
 
 from leaderd.backends.postgres.lease import PostgresLeaseBackend
 from leaderd.backends.postgres.listen import Outage
-from tests.pgserver import PgServer
 from tests.postgres.helpers import opened, unique, until
+from tests.support.pgserver import PgServer
 
 LOGGER = "leaderd.backends.postgresql"
 

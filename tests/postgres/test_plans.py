@@ -15,10 +15,10 @@ import pytest
 from leaderd.backends import Candidate
 from leaderd.backends.postgres.advisory import PostgresAdvisoryBackend
 from leaderd.backends.postgres.lease import PostgresLeaseBackend
-from tests.backend_calls import ask, release
-from tests.pgserver import PgServer
 from tests.postgres.helpers import admin, opened, unique
 from tests.postgres.test_advisory import queued_hand_over
+from tests.support.backend_calls import ask, release
+from tests.support.pgserver import PgServer
 
 pytestmark = pytest.mark.postgres
 

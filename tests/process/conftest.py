@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.daemons import short_tempdir
+from tests.support.daemons import short_tempdir
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import orjson
 import pytest
 
-from tests.daemons import REPO, Daemon, curl, short_tempdir, wait_for
+from tests.support.daemons import REPO, Daemon, curl, short_tempdir, wait_for
 
 
 @pytest.fixture

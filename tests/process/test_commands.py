@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from leaderd.startup import cli
-from tests.daemons import Daemon, leaderd_cli, wait_for
+from tests.support.daemons import Daemon, leaderd_cli, wait_for
 
 pytestmark = pytest.mark.slow
 

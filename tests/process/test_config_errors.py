@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemons import leaderd_cli
+from tests.support.daemons import leaderd_cli
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from leaderd.startup.early_signals import launched_as_leaderd
-from tests.daemons import Daemon
+from tests.support.daemons import Daemon
 
 pytestmark = pytest.mark.slow
 

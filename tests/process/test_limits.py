@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemons import Daemon, short_tempdir, wait_for
+from tests.support.daemons import Daemon, short_tempdir, wait_for
 
 
 @pytest.fixture

@@ -14,13 +14,16 @@ from typing import Any
 import pytest
 
 from leaderd.backends.records import PRUNE_AFTER_TTLS
-from tests.daemons import REPO, Daemon, leaders, short_tempdir, wait_for
 from tests.etcd.fixtures import etcd_cluster  # noqa: F401 - the etcd URL's fixture
-from tests.pg_fixtures import pg_server  # noqa: F401 - the PostgreSQL URLs' fixture
+from tests.support.daemons import REPO, Daemon, leaders, short_tempdir, wait_for
+from tests.support.pg_fixtures import pg_server  # noqa: F401 - the PostgreSQL URLs' fixture
 
 pytestmark = pytest.mark.slow
 
 TTL = 2.0
+# The standby SIGKILLed: the same rules on its own ttl (stale after one, pruned after
+# PRUNE_AFTER_TTLS), so half the wait of the others' ttl.
+VICTIM_TTL = 1.0
 SLACK = 3.0  # a busy 2-core machine
 URLS: dict[str, Callable[[pytest.FixtureRequest, str], str]] = {
     "sqlite": lambda request, workdir: f"sqlite://{workdir}/leaderd.db",
@@ -47,8 +50,8 @@ def url(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, str]]:
     subprocess.run(["rm", "-rf", workdir], check=False)
 
 
-def start(node_id: str, url: str, workdir: str) -> Daemon:
-    return Daemon(node_id, url, workdir=workdir, ttl=TTL).start()
+def start(node_id: str, url: str, workdir: str, ttl: float = TTL) -> Daemon:
+    return Daemon(node_id, url, workdir=workdir, ttl=ttl, renew_interval=ttl / 4).start()
 
 
 def the_leader(daemons: list[Daemon]) -> Daemon:
@@ -79,11 +82,15 @@ def history(d: Daemon) -> list[dict[str, Any]]:
 
 def test_members_and_history_through_handovers(url: tuple[str, str, str]) -> None:
     name, backend, workdir = url
-    daemons = [start(f"node-{i}", backend, workdir) for i in range(3)]
+    daemons = [start(f"node-{i}", backend, workdir) for i in range(2)]
     try:
         for d in daemons:
             d.wait_ready()
         first = the_leader(daemons)
+        # The third joins as a standby, on the shorter ttl: the one SIGKILLed below.
+        victim = start("node-2", backend, workdir, ttl=VICTIM_TTL)
+        daemons.append(victim)
+        victim.wait_ready()
         standbys = {d.node_id: "standby" for d in daemons if d is not first}
         expected = {first.node_id: "leader", **standbys}
         wait_for(lambda: all(roles(d) == expected for d in daemons), TTL + SLACK, what="3 members")
@@ -95,11 +102,11 @@ def test_members_and_history_through_handovers(url: tuple[str, str, str]) -> Non
         assert all(m["version"] and not m["conflict"] for m in listed["members"])
 
         # A standby SIGKILLed: stale after one ttl, pruned after PRUNE_AFTER_TTLS ttls.
-        victim = next(d for d in daemons if d is not first)
         victim.kill()
-        wait_for(lambda: roles(first).get(victim.node_id) == "stale", TTL + SLACK, what="stale")
+        stale = VICTIM_TTL + SLACK
+        wait_for(lambda: roles(first).get(victim.node_id) == "stale", stale, what="stale")
         assert members(first)["healthy_standbys"] == 1
-        pruned = TTL * PRUNE_AFTER_TTLS + SLACK
+        pruned = VICTIM_TTL * PRUNE_AFTER_TTLS + SLACK
         wait_for(lambda: victim.node_id not in roles(first), pruned, 0.2, what="pruned")
         live = [d for d in daemons if d is not victim]
 

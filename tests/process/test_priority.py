@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from tests.daemons import Daemon, leaders, wait_for
-from tests.referee import Referee
+from tests.support.daemons import Daemon, leaders, wait_for
+from tests.support.referee import Referee
 
 pytestmark = pytest.mark.slow
 

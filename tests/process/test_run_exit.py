@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.daemons import Daemon, wait_for
+from tests.support.daemons import Daemon, wait_for
 
 pytestmark = pytest.mark.slow
 

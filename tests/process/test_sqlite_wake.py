@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.daemons import Daemon, metric, short_tempdir, wait_for
+from tests.support.daemons import Daemon, metric, short_tempdir, wait_for
 
 TTL, RENEW, RETRY = 15.0, 5.0, 2.0  # the defaults
 ROUNDS = 'leaderd_backend_request_seconds_count{backend="sqlite",operation="acquire_or_renew"}'

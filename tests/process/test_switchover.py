@@ -1,4 +1,4 @@
-"""Hand-over to a chosen standby on three real SQLite daemons (tests/switchover.py)."""
+"""Hand-over to a chosen standby on three real SQLite daemons (tests/support/switchover.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.daemons import Daemon, short_tempdir
-from tests.switchover import (
+from tests.support.daemons import Daemon, short_tempdir
+from tests.support.switchover import (
     fails_over_after_one_ttl_when_the_chosen_standby_is_stopped,
     hands_over_to_the_chosen_standby,
     plain_resign_on_a_follower_changes_nothing,
@@ -20,7 +20,7 @@ from tests.switchover import (
 )
 
 TTL = 2.0
-RENEW_INTERVAL = 0.5  # tests.daemons.Daemon's default
+RENEW_INTERVAL = 0.5  # tests.support.daemons.Daemon's default
 LONG_TTL = 8.0
 
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemons import Daemon, history, leaders, short_tempdir, wait_for
-from tests.holder_lock import break_holder_lock
-from tests.referee import Referee
+from tests.support.daemons import Daemon, history, leaders, short_tempdir, wait_for
+from tests.support.holder_lock import break_holder_lock
+from tests.support.referee import Referee
 
 LONG = {"ttl": 60.0, "renew_interval": 1.0, "retry_interval": 0.25}
 SHORT = {"ttl": 3.0, "renew_interval": 1.0, "retry_interval": 0.25}

@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import sqlite3
 import subprocess
-import time
 from collections.abc import Iterator
 
 import pytest
 
-from tests.daemons import Daemon, short_tempdir, wait_for
-from tests.referee import Referee
+from tests.support.daemons import Daemon, short_tempdir, wait_for
+from tests.support.referee import Referee
 
 TTL, RENEW = 2.0, 0.5
-HOLD = 3 * RENEW  # the engine gives up after RENEW, then campaigns: one more round at least
+# The lock is held until the engine gave up on its release and then failed one more round.
+GAVE_UP = "could not release election default"
+ROUND_FAILED = "election default: backend request failed"
 
 
 @pytest.fixture
@@ -47,8 +48,10 @@ def test_a_release_queued_behind_a_held_write_lock_leaves_one_leader(
         writer.execute("BEGIN IMMEDIATE")  # the file's write lock: every write waits
         try:
             assert a.post("/resign?cooldown=0")[0] == 200
-            time.sleep(HOLD)  # the lock is held: the release queues
-            assert "could not release election default" in a.log(), a.log()[-3000:]
+            # The lock is held: the release queues and the engine gives up on it...
+            gave_up = wait_for(lambda: a.log().find(GAVE_UP) + 1, 15, what="the release given up")
+            # ...then campaigns again, its request queued behind the same lock.
+            wait_for(lambda: ROUND_FAILED in a.log()[gave_up:], 15, what="a round after it")
         finally:
             writer.execute("ROLLBACK")
             writer.close()

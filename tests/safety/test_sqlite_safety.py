@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemons import REPO, Daemon, leaders, metric, short_tempdir, wait_for
+from tests.support.daemons import REPO, Daemon, leaders, metric, short_tempdir, wait_for
 
 TTL, RETRY = 2.0, 0.25
 FAKE_BOOT_ID = "00000000-1111-2222-3333-444444444444"

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.daemons import Daemon, short_tempdir, wait_for
-from tests.pgserver import PgServer
+from tests.support.daemons import Daemon, short_tempdir, wait_for
+from tests.support.pgserver import PgServer
 
 
 @pytest.fixture

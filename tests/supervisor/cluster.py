@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from tests.daemons import Daemon, wait_for
 from tests.supervisor.confine import delegated_cgroup, remove_cgroup
 from tests.supervisor.records import GRACE, TTL, Event, alive, events, job_command, workers
+from tests.support.daemons import Daemon, wait_for
 
 CONFINE = str(Path(__file__).with_name("confine.py"))
 # What leaderd says at startup about each containment (leaderd/supervision/child.py).

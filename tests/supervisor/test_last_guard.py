@@ -17,7 +17,6 @@ import signal
 
 import pytest
 
-from tests.daemons import wait_for
 from tests.supervisor.cluster import Cluster
 from tests.supervisor.records import (
     alive,
@@ -26,6 +25,7 @@ from tests.supervisor.records import (
     events,
     keeper_of,
 )
+from tests.support.daemons import wait_for
 
 pytestmark = pytest.mark.slow
 

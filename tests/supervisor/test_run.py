@@ -17,7 +17,6 @@ import time
 
 import pytest
 
-from tests.daemons import wait_for
 from tests.supervisor.cluster import Cluster, wait_dead
 from tests.supervisor.records import (
     GRACE,
@@ -28,6 +27,7 @@ from tests.supervisor.records import (
     events,
     tree,
 )
+from tests.support.daemons import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -49,11 +49,14 @@ def test_three_daemons_hand_the_job_over_one_at_a_time(cluster: Cluster) -> None
     # A crash: nothing of the old leader may survive it.
     crashed = time.monotonic()
     cluster.daemon(second.node).kill()
-    gone = wait_dead(second.pid, timeout=5) - crashed
+    dead_at = wait_dead(second.pid, timeout=5)
     third = cluster.next_start(after=second.term)
     took_over = third.at - crashed
-    print(f"leader SIGKILLed: job gone in {gone:.3f}s, next job started after {took_over:.2f}s")
-    assert gone < 1.0
+    print(f"leader SIGKILLed: job gone in {dead_at - crashed:.3f}s, "
+          f"next job started after {took_over:.2f}s")  # fmt: skip
+    # Its keeper ended the tree on the lifeline's EOF (test_keeper.py proves the cause: it
+    # reports "orphaned"): the job was gone before the next one started.
+    assert dead_at < third.at
     assert third.node not in (first.node, second.node)
     assert took_over < TTL + 3
     check_one_job_at_a_time(cluster.workdir)
@@ -75,7 +78,8 @@ def test_frozen_daemon_cannot_keep_its_job_past_the_lease(cluster: Cluster) -> N
     (stop,) = events(cluster.workdir, "stop")
     print(f"daemon frozen: job told to stop {deadline - stop.at:.2f}s before the deadline")
     assert stop.pid == first.pid and stop.at < deadline, "SIGTERM must come before the deadline"
-    assert died < deadline + 0.3  # polling latency only: SIGKILL is due at the deadline
+    # SIGKILL is due at the deadline, before the lease can lapse: gone before b's job began.
+    assert died < second.at
     assert second.node == "b"
     wait_for(lambda: a.is_leader() is False, 10, what="a to follow after SIGCONT")
     check_one_job_at_a_time(cluster.workdir)
@@ -95,8 +99,10 @@ def test_frozen_host_resumes_by_killing_its_job_at_once(cluster: Cluster) -> Non
         # b wins the lease; its job finds the frozen job still holding the flock.
         busy = wait_for(lambda: events(cluster.workdir, "busy"), 15, what="b's job to start")
         assert busy[0].node == "b"
+        asleep = len(a.log())  # a frozen daemon writes nothing
         resumed = time.monotonic()
         os.kill(a.pid, signal.SIGCONT)  # the daemon alone: it must kill the job at once
+        # Its keeper and guard still frozen: only the daemon can end the job now.
         gone = wait_dead(first.pid, timeout=5) - resumed
         second = cluster.next_start(after=first.term, timeout=5)
     finally:
@@ -104,8 +110,13 @@ def test_frozen_host_resumes_by_killing_its_job_at_once(cluster: Cluster) -> Non
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
     print(f"frozen leader resumed: its job killed in {gone:.3f}s")
-    assert gone < 1.0
-    assert second.at - resumed < 1.5
+    # At once: its first act on waking, before any backend request of its own (the SQLite
+    # driver logs each one, "executing ...").
+    wait_for(lambda: "executing " in a.log()[asleep:], 10, what="a's first request awake")
+    woken = a.log()[asleep:]
+    assert 0 <= woken.find(f"stopping child pid {first.pid}") < woken.find("executing "), woken
+    # b's job, which waited on the frozen job's flock, started once that job was dead.
+    assert (busy[0].pid, busy[0].term) == (second.pid, second.term)
     assert max(e.at for e in events(cluster.workdir) if e.pid == first.pid) < frozen
     starts = events(cluster.workdir, "start")
     assert not [e for e in starts if e.node == "a" and e.term > first.term]

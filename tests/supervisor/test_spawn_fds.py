@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.daemons import REPO
+from tests.support.daemons import REPO
 
 # In a process of its own: the limit is lowered to leave room for one pipe, not two.
 PROBE = """

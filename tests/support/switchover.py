@@ -13,8 +13,8 @@ import sys
 import time
 from collections.abc import Sequence
 
-from tests.daemons import REPO, Daemon, history, leaders, only_leader_for, wait_for
-from tests.referee import Referee
+from tests.support.daemons import REPO, Daemon, history, leaders, only_leader_for, wait_for
+from tests.support.referee import Referee
 
 
 def the_leader(daemons: Sequence[Daemon], timeout: float) -> Daemon:

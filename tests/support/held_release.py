@@ -15,9 +15,9 @@ from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
 from tests.chaos.proxy import FaultProxy
-from tests.daemons import Daemon, short_tempdir, wait_for
-from tests.referee import Referee
-from tests.switchover import listed_as_standby
+from tests.support.daemons import Daemon, short_tempdir, wait_for
+from tests.support.referee import Referee
+from tests.support.switchover import listed_as_standby
 
 TTL, RENEW = 2.0, 0.5
 # Past renew_interval (the engine gives up) and the renewal after it, within one ttl (an

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.pgserver import FakeTimeServer, PgServer
+from tests.support.pgserver import FakeTimeServer, PgServer
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ import datetime as dt
 
 from leaderd.backends import Backend, Candidate
 from leaderd.backends.base import Grant, Lease
-from tests.backend_calls import ask
+from tests.support.backend_calls import ask
 
 
 def heard(lease: Lease, who: Candidate) -> dt.datetime:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 
 from tests.chaos.check import Claim, check_safety
-from tests.daemons import Daemon
+from tests.support.daemons import Daemon
 
 
 class Referee:
