@@ -161,7 +161,9 @@ def _check_config(args: argparse.Namespace) -> int:
     for e in config.elections:
         t = e.timing
         timing = f"ttl {t.ttl:g}s, renew {t.renew_interval:g}s, retry {t.retry_interval:g}s"
-        print(f"election {e.name}: {timing}")
+        who = e.eligibility
+        checks = ", ".join(c.target for c in who.checks) or "none"
+        print(f"election {e.name}: {timing}; priority {who.priority}, checks: {checks}")
     return EXIT_OK
 
 
