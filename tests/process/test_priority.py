@@ -9,7 +9,10 @@ import time
 
 import pytest
 
+from tests.etcd.fixtures import etcd_cluster  # noqa: F401 - the etcd URL's fixture
+from tests.process.test_switchover_any_node import granting  # noqa: F401 - backends that grant
 from tests.support.daemons import Daemon, leaders, wait_for
+from tests.support.pg_fixtures import pg_server  # noqa: F401 - the PostgreSQL URLs' fixture
 from tests.support.referee import Referee
 
 pytestmark = pytest.mark.slow
@@ -81,14 +84,20 @@ def test_a_witness_is_listed_and_never_leads_even_alone(workdir: str) -> None:
 
 
 @pytest.mark.parametrize("failback", [True, False])
-def test_failback_hands_back_to_a_higher_priority_standby(workdir: str, failback: bool) -> None:
+def test_failback_hands_back_to_a_higher_priority_standby(
+    granting: tuple[str, str],  # noqa: F811 - the fixture
+    failback: bool,
+) -> None:
     """--failback 1: node-a (priority 1) leads, node-b (priority 2) comes up; node-a hands it
-    over once it has seen node-b able for 1 s. Without --failback node-a keeps it."""
+    over once it has seen node-b able for 1 s. Without --failback node-a keeps it. On every
+    backend that grants."""
+    backend, workdir = granting
     more = ["--failback", "1"] if failback else []
-    a = Daemon("node-a", f"sqlite://{workdir}/lease.db", workdir=workdir, ttl=TTL,
+    a = Daemon("node-a", backend, workdir=workdir, ttl=TTL,
                extra_args=["--priority", "1", *more]).start()  # fmt: skip
     wait_for(a.is_leader, TTL + SLACK, what="node-a leads")
-    b = start("node-b", workdir, 2)
+    b = Daemon("node-b", backend, workdir=workdir, ttl=TTL,
+               extra_args=["--priority", "2"]).start()  # fmt: skip
     with Referee([a, b]):
         wait_for(lambda: roles(a).get("node-b") == "standby", TTL + SLACK, what="node-b listed")
         if failback:
