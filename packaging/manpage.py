@@ -38,7 +38,9 @@ GET /standby[/ELECTION] answers 200 for a healthy follower that knows the leader
 GET /watch[/ELECTION] long-polls (?revision=N&timeout=S) or streams (?stream=1) changes.
 GET /status, /health (liveness), /ready (readiness), /metrics (Prometheus).
 POST /resign[/ELECTION]?cooldown=S steps down (Unix socket only).
-GET /members[/ELECTION] lists every member: leader, standby or stale, address, last heard.
+POST /switchover[/ELECTION]?to=NODE asks whoever leads to hand over to NODE, from any node.
+GET /members[/ELECTION] lists every member: leader, standby, unhealthy, witness or stale,
+address, last heard, priority and health.
 GET /history[/ELECTION]?limit=N lists the terms, newest first, and how each ended.
 GET /jobs[/ELECTION] lists run --once-per jobs: last start, end, status, next due."""
 
@@ -47,6 +49,8 @@ EXIT = [
     ("status", "0 this node leads (every election shown), 1 it follows, 2 usage, "
                "3 no daemon answers (within --timeout), 4 its role is unknown (the backend's "
                "last error is printed) or it is stopping."),
+    ("switchover", "0 NODE leads (with --at: the request is recorded), 1 refused or not done "
+                   "within --timeout, 2 usage, 3 no daemon answers."),
     ("members, history, jobs", "0 answered, 2 usage or unknown election, 3 no daemon answers."),
     ("check-config", "0 the configuration is valid, 2 it is not."),
 ]  # fmt: skip

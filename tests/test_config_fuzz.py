@@ -104,11 +104,12 @@ def test_a_value_of_the_wrong_kind_is_named_by_its_key(
     tmp_path_factory: pytest.TempPathFactory, key: str, value: Any
 ) -> None:
     """No top-level setting takes an array, an inline table or a date (except the two
-    tables, which take no array or date)."""
+    tables, which take no array or date, and the list of checks, whose items are named)."""
     if key in ("defaults", "elections") and isinstance(value, dict):
         value = [1]
     path = tmp_path_factory.mktemp("fuzz") / "leaderd.toml"
     path.write_text(dump({key: value}))
     with pytest.raises(ConfigError) as err:
         load({}, {"HOSTNAME": "h"}, file=str(path))
-    assert f"{key} must be" in str(err.value), str(err.value)
+    named = f"[{key}] 0 must be" if key == "check" and isinstance(value, list) else f"{key} must be"
+    assert named in str(err.value), str(err.value)

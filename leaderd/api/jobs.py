@@ -16,9 +16,16 @@ from ..backends.jobs import JobRecord, RunStatus
 from ..supervision.once_per import due_in
 
 if TYPE_CHECKING:
+    from ..election.node import Node
     from ..supervision.once_per import OncePer
 
 DURATION_BUCKETS = (1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
+
+
+def jobs_body(node: Node, election: str) -> dict[str, Any]:
+    """The body of GET /jobs: the election's job, if this daemon runs one."""
+    job = node.jobs.get(election)
+    return {"election": election, "node_id": node.node_id, "jobs": [job()] if job else []}
 
 
 def job_body(job: OncePer) -> dict[str, Any]:

@@ -49,6 +49,15 @@ def route_post(app: web.Application, path: str, handler: Handler) -> None:
     _route(app, path, {"POST": handler, "OPTIONS": _options(allow)})
 
 
+def route_get_post_delete(
+    app: web.Application, path: str, get: Handler, post: Handler, delete: Handler
+) -> None:
+    """``path`` answers GET (and HEAD, OPTIONS, like it), POST and DELETE."""
+    allow = "GET, HEAD, POST, DELETE, OPTIONS"
+    handlers = {"GET": get, "HEAD": get, "POST": post, "DELETE": delete}
+    _route(app, path, {**handlers, "OPTIONS": _allowing(get, allow)})
+
+
 def route_fallback(app: web.Application, not_found: Handler) -> None:
     """Every other path: 404 for any method, but 200 with ``Allow`` for ``OPTIONS /``."""
 

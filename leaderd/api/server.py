@@ -24,8 +24,9 @@ from ..election.engine import Election
 from ..election.history import DEFAULT_LIMIT, MAX_LIMIT
 from ..election.node import Node
 from ..election.status import ElectionStatus, Role
-from . import params
+from . import params, switchover_api
 from .connections import Connections, Site, factory
+from .jobs import jobs_body
 from .metrics import Metrics
 from .routing import Handler, error, route_fallback, route_get, route_instant, route_post
 
@@ -87,6 +88,9 @@ def build_app(
         route_get(app, path, handler)
     for path in ("/resign", "/resign/{election}"):
         route_post(app, path, api.forbidden if read_only else api.resign)
+    for path in ("/switchover", "/switchover/{election}"):
+        change = api.forbidden if read_only else api.switchover
+        switchover_api.route(app, path, api.switchover, change)
     route_fallback(app, api.not_found)
     return app
 
@@ -256,16 +260,16 @@ class _Api:
             return error(400, "bad_parameter", str(exc))
         return _json(election.history().to_dict(limit))
 
+    async def switchover(self, request: web.Request) -> web.Response:
+        election = self.node.election(request.match_info.get("election"))
+        return switchover_api.answer(election, request) if election else self._unknown(request)
+
     async def jobs(self, request: web.Request) -> web.Response:
         election = self.node.election(request.match_info.get("election"))
-        if election is None:
-            return self._unknown(request)
-        job = self.node.jobs.get(election.name)
-        body = {"election": election.name, "node_id": self.node.node_id}
-        return _json({**body, "jobs": [job()] if job else []})
+        return _json(jobs_body(self.node, election.name)) if election else self._unknown(request)
 
     async def forbidden(self, request: web.Request) -> web.Response:
-        message = "this listener is read-only: POST on the Unix socket"
+        message = f"this listener is read-only: {request.method} on the Unix socket"
         return error(403, "read_only", message)
 
     # ---- the node endpoints ----

@@ -9,6 +9,7 @@ version it may take over, and who may inherit a released lease are all said here
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .base import Candidate
 from .records import EndReason
@@ -40,17 +41,33 @@ class Ask:
 @dataclass(frozen=True, slots=True)
 class Heir:
     """Who may receive a released lease in the release's own write (docs/algorithm.md,
-    "One-write hand-over"): a campaigning member of another node id than ``releaser``, heard
-    within ``heard_within_ttls`` of its own ttl; the freshest of them, ties by node id and
-    instance. Only the choice is here: the grant's expiry counts from the heir's heartbeat,
-    so who is chosen never bears on safety."""
+    "One-write hand-over" and "Who leads"): a campaigning member of another node id than
+    ``releaser``, heard within ``heard_within_ttls`` of its own ttl, of priority at least
+    ``min_priority`` and, if ``healthy``, whose health checks pass; of them the highest
+    priority, then the freshest, ties by node id and instance. Only the choice is here: the
+    grant's expiry counts from the heir's heartbeat, so who is chosen never bears on safety."""
 
     releaser: str
     heard_within_ttls: float
+    min_priority: int = 1  # 0 is a witness's: it never leads
+    healthy: bool = True
 
-    def may_inherit(self, node_id: str, heard_ago: float, ttl: float) -> bool:
+    def may_inherit(
+        self, node_id: str, heard_ago: float, ttl: float, priority: int = 1, health: str = ""
+    ) -> bool:
         """For a backend that chooses in Python (etcd) what the others write in SQL."""
-        return node_id != self.releaser and heard_ago < ttl * self.heard_within_ttls
+        return (
+            node_id != self.releaser
+            and heard_ago < ttl * self.heard_within_ttls
+            and priority >= self.min_priority
+            and not (self.healthy and health)
+        )
+
+    def params(self) -> dict[str, Any]:
+        """The rule as a SQL statement's named parameters (:releaser, :heard_within_ttls,
+        :min_priority, :healthy)."""
+        return {"releaser": self.releaser, "heard_within_ttls": self.heard_within_ttls,
+                "min_priority": self.min_priority, "healthy": self.healthy}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +77,8 @@ class Release:
     election: str
     candidate: Candidate
     term: int
-    reason: EndReason = EndReason.RELEASED
+    # An EndReason, or a sentence of the engine's ("handed over: leader unhealthy (...)").
+    reason: EndReason | str = EndReason.RELEASED
     # The version last answered to the releaser; "" for any. A release that lands after a
     # renewal of the same term then changes nothing (docs/algorithm.md, "A release in doubt").
     version: str = ""

@@ -127,6 +127,14 @@ class Candidate:
     instance: str = field(default_factory=new_instance)
     # The daemon's leaderd version, listed with the members.
     leaderd_version: str = __version__
+    # Who may lead (docs/algorithm.md, "Who leads"), written with each heartbeat: a grant
+    # prefers the highest priority (0: a witness, never granted); ``health`` is "" while
+    # this node's health checks pass, else why not (such a node does not campaign).
+    priority: int = 1
+    health: str = ""
+    # A switchover this node asks the leader for ("" for none), as election/switchover.py
+    # writes it: carried by its heartbeats, so it outlives any one leader.
+    switchover: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,13 @@ class Member:
     # Seconds between that and the answer that listed it, judged by the backend's clock
     # (or, etcd, by this daemon's own clock since it saw the member's key change).
     heard_ago: float
+    # Its last heartbeat asked for the lease (a grant may go to it).
+    campaigning: bool = False
+    # Its priority (0: a witness), and why its health checks fail ("" while they pass).
+    priority: int = 1
+    health: str = ""
+    # The switchover it asks for ("" for none): the leader acts on it (docs/api.md).
+    switchover: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +72,10 @@ class Tenure:
     end_reason: str | None  # an EndReason value; None while it lasts
 
 
-def end_text(reason: EndReason, reserve_for: str) -> str:
+def end_text(reason: EndReason | str, reserve_for: str) -> str:
     """The end_reason a release records: a switchover names the node it reserved the lease
     for ("handed over to NODE"); older records say "resigned"."""
-    return f"{EndReason.HANDED_OVER.value} {reserve_for}" if reserve_for else reason.value
+    return f"{EndReason.HANDED_OVER.value} {reserve_for}" if reserve_for else str(reason)
 
 
 def end_of_acquisition(mine: bool, free: bool, lost: bool) -> EndReason:

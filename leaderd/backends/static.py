@@ -66,7 +66,8 @@ class StaticBackend(Backend):
         self._leases: dict[str, Lease] = {}
         self._changed: dict[str, asyncio.Event] = {}
         # (election, node id, instance) -> (candidate, its ttl, when heard: boottime, wall).
-        self._members: dict[tuple[str, str, str], tuple[Candidate, float, float, dt.datetime]]
+        # (election, node id, instance) -> (candidate, ttl, heard, wall, campaigning)
+        self._members: dict[tuple[str, str, str], tuple[Candidate, float, float, dt.datetime, bool]]
         self._members = {}
         self._history: dict[str, list[Tenure]] = {}
 
@@ -99,15 +100,20 @@ class StaticBackend(Backend):
     async def observe(
         self, election: str, candidate: Candidate | None = None, ttl: float = 0.0
     ) -> Lease:
+        return self._heard(election, candidate, ttl, campaigning=False)
+
+    def _heard(
+        self, election: str, candidate: Candidate | None, ttl: float, campaigning: bool
+    ) -> Lease:
         if candidate is not None:
-            heard = (candidate, ttl, boottime(), dt.datetime.now(dt.UTC))
+            heard = (candidate, ttl, boottime(), dt.datetime.now(dt.UTC), campaigning)
             self._members[election, candidate.node_id, candidate.instance] = heard
         lease = self._leases.setdefault(election, _free(election, term=0))
         return heard_in(replace(lease, members=self._listed(election)), candidate)
 
     async def acquire_or_renew(self, ask: Ask) -> Lease:
         election, candidate = ask.election, ask.candidate
-        lease = await self.observe(election, candidate, ask.ttl)
+        lease = self._heard(election, candidate, ask.ttl, campaigning=True)
         if lease.holder is None:
             term = max(lease.term + 1, ask.min_term)
             self._save_term(election, term)  # durable before it is granted
@@ -135,7 +141,7 @@ class StaticBackend(Backend):
             records = self._history.get(election, [])
             if records and records[0].term == term:
                 now = dt.datetime.now(dt.UTC)
-                records[0] = replace(records[0], ended_at=now, end_reason=release.reason.value)
+                records[0] = replace(records[0], ended_at=now, end_reason=str(release.reason))
                 self._save_history()
             self._wake(election)
 
@@ -151,10 +157,10 @@ class StaticBackend(Backend):
         self._wake_all()
 
     def _listed(self, election: str) -> tuple[Member, ...]:
-        now = boottime()
+        now, listed = boottime(), sorted(self._members.items())
         return tuple(
-            Member(c.node_id, c.instance, c.address, c.leaderd_version, ttl, wall, now - at)
-            for (e, _, _), (c, ttl, at, wall) in sorted(self._members.items())
+            _member(c, ttl, wall, now - at, asks)
+            for (e, _, _), (c, ttl, at, wall, asks) in listed
             if e == election
         )
 
@@ -256,3 +262,8 @@ def _tenure(data: dict[str, Any]) -> Tenure:
     for key in ("acquired_at", "ended_at"):
         data[key] = dt.datetime.fromisoformat(data[key]) if data[key] else None
     return Tenure(**data)
+
+
+def _member(c: Candidate, ttl: float, wall: dt.datetime, ago: float, asks: bool) -> Member:
+    return Member(c.node_id, c.instance, c.address, c.leaderd_version, ttl, wall, ago,
+                  asks, c.priority, c.health, c.switchover)  # fmt: skip

@@ -16,6 +16,7 @@ import logging
 import math
 import random
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Literal, TypeVar
 
 from ..backends.asks import Release
@@ -24,10 +25,12 @@ from ..backends.records import HISTORY_RETENTION, LEFT_TTL, EndReason
 from ..clock import Clock, SystemClock
 from ..events import Event, extra
 from .answers import ElectionAnswers
+from .candidacy import Failback, barred, decide, standbys
 from .heir import heir_of
 from .history import History
 from .release_doubt import version_of
 from .state import MIN_DELAY
+from .switchover_request import due_to, still_wanted
 from .timing import Timing
 from .values import Request
 
@@ -56,6 +59,12 @@ class Election(ElectionAnswers):
         jitter: Callable[[], float] = random.random,
     ) -> None:
         self.step_down_hook: StepDownHook | None = None
+        # Who may lead (candidacy.py): why this node's checks fail ("" while they pass), and
+        # what it does when they fail while it leads.
+        self.unhealthy: Callable[[], str] = str
+        self.on_unhealthy = "handover"
+        self.failback = Failback(None)
+        self._end_reason = ""  # how the next release ends the term, when neither resign nor stop
         self._backend = backend
         self._poke = asyncio.Event()
         self._stopped = asyncio.Event()
@@ -78,6 +87,10 @@ class Election(ElectionAnswers):
         now = self._clock.now()
         self.state.resign(now, cooldown, to)
         self._refresh(now)
+        self._poke.set()
+
+    def poke(self) -> None:
+        """Run a round now (this node's health changed)."""
         self._poke.set()
 
     def stop(self) -> None:
@@ -125,6 +138,7 @@ class Election(ElectionAnswers):
         """One acquire-or-renew (an observe while cooling down); seconds to the next round."""
         if self.state.release_due is not None:
             await self._hand_over()
+        self._note_health()
         t_send = self._clock.now()
         request = self.state.request(t_send)
         self._turn_due = t_send + request.ask.timeout + request.ask.wait + _STALL_SLACK
@@ -148,10 +162,48 @@ class Election(ElectionAnswers):
         self._heartbeats.note(lease, t_send)
         self._log_notes(self.state.on_lease(lease, request, t_send, now))
         self._refresh(now)
+        self._who_leads(now)
         await self._read_history(lease, bool(request.ask.lost_term))
         return self.state.next_round(request, t_send, self._clock.now())
 
     # ---- the round's parts ----
+
+    def ask_switchover(self, request: str) -> None:
+        """Carry ``request`` (switchover_request.py; "" withdraws it) in this node's
+        heartbeats, starting with a round now."""
+        self._heartbeat(self.candidate.health, request)
+        self._poke.set()
+
+    def _note_health(self) -> None:
+        """Carry this node's health (and its switchover request, while wanted) into its next
+        heartbeat; bar its candidacy while its checks fail or it is a witness
+        (docs/algorithm.md, "Who leads")."""
+        leader = self.state.view(self._clock.now()).leader
+        wanted = still_wanted(self.candidate.switchover, leader, self._wall())
+        self._heartbeat(self.unhealthy(), wanted)
+        self.state.barred = barred(self.candidate)
+
+    def _heartbeat(self, health: str, switchover: str) -> None:
+        if (health, switchover) != (self.candidate.health, self.candidate.switchover):
+            self.candidate = replace(self.candidate, health=health, switchover=switchover)
+            self.state.candidate = self.candidate
+
+    def _wall(self) -> float:
+        return self._clock.wall().timestamp()
+
+    def _who_leads(self, now: float) -> None:
+        """After a leader's round: hand over the ordinary way (child stopped first) when
+        candidacy.decide says so; reserved for the node it names where the backend reserves."""
+        if not self.state.leading(now):
+            return self.failback.reset()
+        able = standbys(self._heard, self.candidate, now - self._heard_at, self._grants)
+        asked = due_to(self._heard, able, self.candidate.node_id, self._wall())
+        decided = decide(self.on_unhealthy, self.failback, self.candidate, able, now, asked)
+        if decided is not None:
+            to, self._end_reason = decided
+            log.warning("election %s, term %d: %s", self.name, self.state.held_term,
+                        self._end_reason)  # fmt: skip
+            self.resign(0.0, to if self.reserves else "")
 
     def _take_grant(self, grant: Grant) -> float | None:
         """Lead on a release's grant, self-fencing from the request whose heartbeat its
@@ -246,7 +298,8 @@ class Election(ElectionAnswers):
 
     async def _hand_over(self) -> None:
         """After leadership ended voluntarily: stop the child, then release the lease."""
-        reason = EndReason.RESIGNED if self.state.resigned else EndReason.RELEASED
+        ended = EndReason.RESIGNED if self.state.resigned else EndReason.RELEASED
+        reason, self._end_reason = self._end_reason or ended, ""
         self.state.resigned = False
         term = self.state.term_to_release()
         held = None if term is None else (term, version_of(self.state.lease, self.candidate, term))

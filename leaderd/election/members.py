@@ -2,8 +2,10 @@
 derived at the moment of the answer (docs/api.md, "Members").
 
 A member is the ``leader`` while it holds the lease this node knows to be live, a
-``standby`` while heard from within its ttl, and ``stale`` after that (ages keep growing
-while this node cannot reach the backend, so everyone turns stale: fail closed). Two live
+``standby`` while heard from within its ttl (``unhealthy`` while its health checks fail,
+``witness`` with priority 0: neither may be handed the lease), and ``stale`` after that
+(ages keep growing while this node cannot reach the backend, so everyone turns stale: fail
+closed). Two live
 members with one node id are a ``conflict`` (rule 9, docs/algorithm.md): both are listed,
 neither counts as a healthy standby.
 """
@@ -22,6 +24,8 @@ from .status import format_time
 class MemberRole(StrEnum):
     LEADER = "leader"
     STANDBY = "standby"
+    UNHEALTHY = "unhealthy"  # live, but its health checks fail: it does not campaign
+    WITNESS = "witness"  # live, priority 0: never leads
     STALE = "stale"
 
 
@@ -43,6 +47,9 @@ class MemberView:
             "conflict": self.conflict,
             "last_heard_at": format_time(m.heard_at),
             "age_ms": int(self.age * 1000),
+            "priority": m.priority,
+            "campaigning": m.campaigning,
+            "health": m.health or None,
         }
 
 
@@ -78,8 +85,10 @@ class Members:
 
     def by_state(self) -> dict[str, int]:
         """Members counted once each (the leaderd_members metric): leader, standby (healthy),
-        conflict (a live non-leader sharing a node id), stale."""
-        counts = dict.fromkeys(("leader", "standby", "conflict", "stale"), 0)
+        unhealthy, witness, conflict (a live non-leader sharing a node id), stale."""
+        counts = dict.fromkeys(
+            ("leader", "standby", "unhealthy", "witness", "conflict", "stale"), 0
+        )
         for v in self.members:
             live_twin = v.conflict and v.role is MemberRole.STANDBY
             counts["conflict" if live_twin else v.role.value] += 1
@@ -117,8 +126,14 @@ def members_of(
         if holder == (m.node_id, m.instance):
             role = MemberRole.LEADER
         else:
-            role = MemberRole.STANDBY if age < m.ttl else MemberRole.STALE
+            role = _live_role(m) if age < m.ttl else MemberRole.STALE
         conflict = role is not MemberRole.STALE and twins[m.node_id] > 1
         views.append(MemberView(m, role, age, conflict))
     views.sort(key=lambda v: (v.role is not MemberRole.LEADER, v.member.node_id, v.age))
     return Members(election, node_id, term, tuple(views))
+
+
+def _live_role(m: Member) -> MemberRole:
+    if m.priority == 0:
+        return MemberRole.WITNESS
+    return MemberRole.UNHEALTHY if m.health else MemberRole.STANDBY

@@ -19,6 +19,8 @@ class Node:
     node_id: str
     backend: Backend
     elections: dict[str, Election]
+    # This node's health checks as /status lists them (supervision/health.py).
+    checks: Callable[[], list[dict[str, Any]]] = list
     started_at: float = field(default_factory=boottime)
     started_wall: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
     # run --once-per: each election's job, as GET /jobs lists it (api/jobs.py: job_body).
@@ -68,4 +70,5 @@ class Node:
                 "last_error": errors[0] if errors else None,
             },
             "elections": {name: e.status().to_dict() for name, e in self.elections.items()},
+            "checks": self.checks(),
         }

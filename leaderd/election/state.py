@@ -73,6 +73,7 @@ class ElectionState:
         # history record is to say "lost the backend" (sent with the next request).
         self.lost_term = 0
         self.stopping = False
+        self.barred = ""  # why this node may not ask for a lease it does not hold (candidacy.py)
         # Moves on resign and stop: answers to requests sent before then win nothing.
         self.epoch = 0
         self.last_error: str | None = None
@@ -138,7 +139,8 @@ class ElectionState:
     # ---- what to send, and when ----
 
     def campaigning(self, now: float) -> bool:
-        return not self.stopping and now >= self.cooldown_until
+        allowed = not self.barred or self.held_term is not None  # a leader's policy decides
+        return not self.stopping and now >= self.cooldown_until and allowed
 
     def request(self, now: float) -> Request:
         campaigning = self.campaigning(now) and self.in_doubt.term is None
@@ -200,7 +202,7 @@ class ElectionState:
         )
         # Watching a holder needs no jitter; taking over after it (one round) is a CAS.
         delay = self.jittered(self.follow_period(now)) if free else self.follow_period(now)
-        if not (request.campaigning and request.epoch == self.epoch):
+        if not ((request.campaigning and request.epoch == self.epoch) or self.barred):
             delay = min(delay, self.cooldown_until - now)
         return max(MIN_DELAY, delay)
 
@@ -341,6 +343,8 @@ class ElectionState:
             return self.lost
         if self.held_term is not None and now >= self.deadline:
             return f"no successful renewal for {now - self.renewed_at:.1f}s, deadline passed"
+        if self.barred and self.held_term is None:
+            return f"not campaigning: {self.barred}"
         to = self.handing_over or (self.handed_over[0] if self.handed_over else "")
         if to and (now < self.cooldown_until or self.release_due is not None):
             return f"resigned, handing over to {to}"

@@ -39,10 +39,10 @@ def refusal(election: Election, me: str, to: str, cooldown_given: bool) -> Refus
         message = f"this node does not lead election {election.name} (leader: {leader})"
         advice = ": ask the leader to hand over" if to else ": nothing to resign"
         return Refusal(409, "not_leader", message + advice)
-    return _not_a_standby(election, to) if to else None
+    return not_a_standby(election, to) if to else None
 
 
-def _not_a_standby(election: Election, to: str) -> Refusal | None:
+def not_a_standby(election: Election, to: str) -> Refusal | None:
     """Why ``to`` cannot take a switchover from this node's last renewal's view of the
     members; None if it can (docs/api.md)."""
     listed, renew = election.members(), election.timing.renew_interval
@@ -64,6 +64,10 @@ def _why_not(views: list[MemberView], renew_interval: float) -> str | None:
     # prunes it: either way it has left.
     if all(v.member.ttl == LEFT_TTL for v in views):
         return "has stopped or is not a member"
+    if any(v.role is MemberRole.WITNESS for v in views):
+        return "has priority 0 (a witness: it never leads)"
+    if sick := [v.member.health for v in views if v.role is MemberRole.UNHEALTHY]:
+        return f"is unhealthy ({sick[0]})"
     standbys = [v for v in views if v.role is MemberRole.STANDBY]
     if any(v.conflict for v in standbys):
         return "runs twice under one node id (conflict)"

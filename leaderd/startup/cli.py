@@ -15,11 +15,21 @@ from typing import Any, NoReturn
 
 from .. import __version__, jsonio
 from ..api import client, handover_wait
-from . import early_signals, lean_imports, options
+from . import early_signals, jobs_cli, lean_imports, options, switchover_cli
 from .config import Config, ConfigError, client_socket, listen_text, load
 
 EXIT_OK, EXIT_NOT_LEADER, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_UNKNOWN = 0, 1, 2, 3, 4
-COMMANDS = ("run", "status", "watch", "resign", "members", "history", "jobs", "check-config")
+COMMANDS = (
+    "run",
+    "status",
+    "watch",
+    "resign",
+    "switchover",
+    "members",
+    "history",
+    "jobs",
+    "check-config",
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -56,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "resign": _resign,
             "members": _members,
             "history": _history,
+            "switchover": _switchover,
             "jobs": _jobs,
         }[parsed.command]
         return handler(parsed)
@@ -101,13 +112,12 @@ def _parser() -> argparse.ArgumentParser:
     members = sub.add_parser("members", help="every member: role, address, last heard")
     options.client_options(members)
     members.add_argument("--json", action="store_true", help="print the JSON answer")
+    switchover_cli.add_parser(sub, options.client_options)
     history = sub.add_parser("history", help="who led, from when to when, and how it ended")
     options.client_options(history)
     history.add_argument("--limit", type=int, metavar="N", help="newest N records (default: 20)")
     history.add_argument("--json", action="store_true", help="print the JSON answer")
-    jobs = sub.add_parser("jobs", help="run --once-per jobs: last start, end, status, next due")
-    options.client_options(jobs)
-    jobs.add_argument("--json", action="store_true", help="print the JSON answer")
+    jobs_cli.add_parser(sub, options.client_options)
     return parser
 
 
@@ -120,21 +130,10 @@ def _config(args: argparse.Namespace, command: list[str]) -> Config:
         raise ConfigError(f"run -- COMMAND takes exactly one election (got {names})")
     if getattr(args, "try_for", None) is not None and not command:
         raise ConfigError("--try goes with -- COMMAND")
-    _check_once_per(args, command, config.backend)
+    if misuse := jobs_cli.misuse(args, command, config.backend):
+        raise ConfigError(misuse)
     preflight.check(config)
     return config
-
-
-def _check_once_per(args: argparse.Namespace, command: list[str], backend: str) -> None:
-    from ..backends.jobs import supports_jobs
-
-    once_per = getattr(args, "once_per", None)
-    if getattr(args, "catch_up", False) and once_per is None:
-        raise ConfigError("--catch-up goes with --once-per")
-    if once_per is not None and not command:
-        raise ConfigError("--once-per goes with -- COMMAND")
-    if once_per is not None and not supports_jobs(backend):
-        raise ConfigError("--once-per records its runs in a sqlite:// or postgresql:// backend")
 
 
 def _run(args: argparse.Namespace, command: list[str]) -> int:
@@ -179,7 +178,9 @@ def _check_config(args: argparse.Namespace) -> int:
     for e in config.elections:
         t = e.timing
         timing = f"ttl {t.ttl:g}s, renew {t.renew_interval:g}s, retry {t.retry_interval:g}s"
-        print(f"election {e.name}: {timing}")
+        who = e.eligibility
+        checks = ", ".join(c.target for c in who.checks) or "none"
+        print(f"election {e.name}: {timing}; priority {who.priority}, checks: {checks}")
     return EXIT_OK
 
 
@@ -205,7 +206,7 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(jsonio.dumps(node, indent=True).decode() + "\n")
     elif not args.quiet:
-        sys.stdout.write(_table(statuses))
+        sys.stdout.write(_table(statuses) + _checks(node.get("checks", [])))
     return _status_code(statuses, node["backend"]["last_error"], args.quiet)
 
 
@@ -265,12 +266,14 @@ def _members(args: argparse.Namespace) -> int:
     if not isinstance(body, dict):
         return body
     if not args.json:
-        rows = [("MEMBER", "ROLE", "ADDRESS", "VERSION", "LAST HEARD", "AGE")]
+        rows = [("MEMBER", "ROLE", "PRIORITY", "ADDRESS", "VERSION", "LAST HEARD", "AGE",
+                 "HEALTH")]  # fmt: skip
         for m in body["members"]:
             role = m["role"] + (" (conflict)" if m["conflict"] else "")
             age = f"{m['age_ms'] / 1000:.1f}s"
-            rows.append((m["node_id"], role, m["address"] or "-", m["version"] or "-",
-                         m["last_heard_at"] or "-", age))  # fmt: skip
+            rows.append((m["node_id"], role, str(m.get("priority", 1)), m["address"] or "-",
+                         m["version"] or "-", m["last_heard_at"] or "-", age,
+                         m.get("health") or "ok"))  # fmt: skip
         summary = (
             f"election {body['election']}, term {body['term']}: {body['cluster_size']} live, "
             f"{body['healthy_standbys']} healthy standby(s), "
@@ -278,6 +281,14 @@ def _members(args: argparse.Namespace) -> int:
         )
         sys.stdout.write(summary + _columns(rows))
     return EXIT_OK
+
+
+def _switchover(args: argparse.Namespace) -> int:
+    code, said = switchover_cli.run(args, client_socket(args.socket))
+    if code == EXIT_OK:
+        print(said)
+        return code
+    return _fail(said, code, False)
 
 
 def _history(args: argparse.Namespace) -> int:
@@ -294,14 +305,8 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def _jobs(args: argparse.Namespace) -> int:
-    from ..api.jobs import job_rows
-
     body = _get(args, "/jobs")
-    if not isinstance(body, dict):
-        return body
-    if not args.json:
-        sys.stdout.write(_columns(job_rows(body)))
-    return EXIT_OK
+    return jobs_cli.show(body, args.json, _columns) if isinstance(body, dict) else body
 
 
 def _get(args: argparse.Namespace, base: str, **query: Any) -> dict[str, Any] | int:
@@ -337,6 +342,15 @@ def _table(statuses: list[dict[str, Any]]) -> str:
             )
         )
     return _columns(rows)
+
+
+def _checks(checks: list[dict[str, Any]]) -> str:
+    """The health checks under the elections' table, one line each."""
+    return "".join(
+        f"check {c['check']}: {c['state']}, {c['consecutive_failures']} failure(s) in a row, "
+        f"last: {c['output']}\n"
+        for c in checks
+    )
 
 
 def _columns(rows: Sequence[tuple[str, ...]]) -> str:

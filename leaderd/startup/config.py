@@ -20,6 +20,9 @@ from ..api import params
 from ..election.timing import Timing, TimingError
 from ..supervision.hooks import Hooks
 from . import schema
+from .eligibility import ELECTION_KEYS, Eligibility, EligibilityError, eligibility
+from .eligibility import ENV as ENV_ELIGIBILITY
+from .hook_settings import ENV as ENV_HOOKS
 from .hook_settings import hooks_of
 
 DEFAULT_CONFIG_FILE = "/etc/leaderd/leaderd.toml"
@@ -42,13 +45,10 @@ _ENV = {
     "max_connections": "LEADERD_MAX_CONNECTIONS",
     "header_timeout": "LEADERD_HEADER_TIMEOUT",
     "keepalive_timeout": "LEADERD_KEEPALIVE_TIMEOUT",
-    "on_elected": "LEADERD_ON_ELECTED",
-    "on_demoted": "LEADERD_ON_DEMOTED",
-    "on_stop": "LEADERD_ON_STOP",
-    "hook_timeout": "LEADERD_HOOK_TIMEOUT",
-    "elected_hook_gates": "LEADERD_ELECTED_HOOK_GATES",
     "label_pod": "LEADERD_LABEL_POD",
     **{key: f"LEADERD_{key.upper()}" for key in _TIMING_KEYS},
+    **ENV_ELIGIBILITY,
+    **ENV_HOOKS,
 }
 
 # Read elsewhere (the file, the elections, the etcd password), or set by leaderd for its
@@ -65,6 +65,8 @@ class ConfigError(ValueError):
 class ElectionConfig:
     name: str
     timing: Timing
+    # Who may lead: health checks, priority, on_unhealthy (eligibility.py).
+    eligibility: Eligibility = field(default_factory=Eligibility)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,9 +108,10 @@ def load(
     path = file or env.get("LEADERD_CONFIG") or _existing(DEFAULT_CONFIG_FILE)
     toml = read_toml(path) if path else {}
     settings = {k: v for k, v in toml.items() if k not in ("defaults", "elections")}
-    settings.update({k: env[var] for k, var in _ENV.items() if env.get(var, "") != ""})
-    settings.update({k: v for k, v in flags.items() if v is not None and k in _ENV})
-    elections = _elections(flags, env, toml, settings)
+    given = {k: env[var] for k, var in _ENV.items() if env.get(var, "") != ""}
+    given.update({k: v for k, v in flags.items() if v is not None and k in (*_ENV, "check")})
+    settings.update(given)
+    elections = _elections(flags, env, toml, settings, given)
     backend, state_dir = _backend(settings, env)
     return Config(
         node_id=_node_id(settings, env),
@@ -237,6 +240,7 @@ def _elections(
     env: Mapping[str, str],
     toml: Mapping[str, Any],
     settings: Mapping[str, Any],
+    given: Mapping[str, Any],
 ) -> tuple[ElectionConfig, ...]:
     table = toml.get("elections", {})
     names: list[str] = list(flags.get("elections") or [])
@@ -252,14 +256,28 @@ def _elections(
             raise ConfigError(
                 f"election name {name!r} must be 1-128 letters, digits, '.', '_' or '-'"
             )
+        own = table.get(name, {})
         # flags and env beat the file, even the file's per-election values
         layered = {
             **base,
-            **table.get(name, {}),
+            **{k: v for k, v in own.items() if k not in ELECTION_KEYS},
             **{k: settings[k] for k in _TIMING_KEYS if k in settings},
         }
-        result.append(ElectionConfig(name, _timing(name, layered)))
+        eligible = _eligible(name, toml, own, given)
+        result.append(ElectionConfig(name, _timing(name, layered), eligible))
     return tuple(result)
+
+
+def _eligible(
+    name: str, toml: Mapping[str, Any], own: Mapping[str, Any], given: Mapping[str, Any]
+) -> Eligibility:
+    def picked(values: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in values.items() if k in ELECTION_KEYS}
+
+    try:
+        return eligibility(name, picked(toml), picked(own), picked(given))
+    except EligibilityError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _timing(name: str, raw: Mapping[str, Any]) -> Timing:
@@ -340,9 +358,8 @@ def _log_level(value: Any) -> str:
 
 
 def _hooks(settings: dict[str, Any], elections: tuple[ElectionConfig, ...]) -> Hooks:
-    rooms = {e.name: e.timing.lease_window - e.timing.renew_interval for e in elections}
     try:
-        return hooks_of(settings, rooms)
+        return hooks_of(settings, {e.name: e.timing for e in elections})
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

@@ -14,21 +14,23 @@ import os
 import signal
 import socket
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from aiohttp import web
 
 from .. import __version__
 from ..api.connections import Connections, FileBudget, Limits
+from ..api.health_metrics import HealthCollector
 from ..api.listener import SocketInUse, SocketPathError, UnixListener
 from ..api.metrics import Metrics
 from ..api.server import build_app, serve
 from ..backends import Backend, BackendFatal, BackendUnavailable, Candidate, backend_from_url
+from ..election.candidacy import Failback
 from ..election.engine import Election
 from ..election.node import Node
 from ..events import Event, extra
 from ..supervision import hooks
-from ..supervision.hooks import before
+from ..supervision.health import Health
 from ..supervision.limits import raise_open_files
 from . import early_signals, memory
 from .config import Config
@@ -73,6 +75,7 @@ class Daemon:
         self._node: Node | None = None
         self._stopping_sent = False
         self._budget: FileBudget | None = None
+        self._health = Health()  # the health checks of every election (--check)
 
     async def run(self) -> int:
         """Serve until a signal (or the supervised child) ends it; return the exit code."""
@@ -134,11 +137,18 @@ class Daemon:
 
     def _build_node(self, backend: Backend) -> Node:
         cfg = self.config
-        candidate = Candidate(cfg.node_id, cfg.address)
-        elections = {e.name: Election(e.name, candidate, e.timing, backend) for e in cfg.elections}
-        node = Node(cfg.node_id, backend, elections)
+        candidate, health = Candidate(cfg.node_id, cfg.address), self._health
+        elections = {}
+        for e in cfg.elections:
+            me = replace(candidate, priority=e.eligibility.priority)
+            election = elections[e.name] = Election(e.name, me, e.timing, backend)
+            election.on_unhealthy = e.eligibility.on_unhealthy
+            election.failback = Failback(e.eligibility.failback)
+            election.unhealthy = health.attach(e.name, e.eligibility.checks, election.poke)
+        node = Node(cfg.node_id, backend, elections, health.describe)
         self._node = node
         self.metrics.watch(node)
+        self.metrics.registry.register(HealthCollector(health))
         for election in elections.values():
             election.add_listener(lambda _status: self._on_change(node))
         return node
@@ -195,15 +205,13 @@ class Daemon:
 
     def _start_helpers(self, node: Node) -> list[asyncio.Task[None]]:
         helpers = []
+        if self._health.checks:
+            helpers.append(asyncio.create_task(self._health.run()))
         if self.notifier.watchdog_interval:
             helpers.append(
                 asyncio.create_task(self._watchdog(node, self.notifier.watchdog_interval))
             )
-        if self.config.hooks.any:
-            counted = hooks.counter(self.metrics.registry)
-            for election in node.elections.values():
-                runner = hooks.HookRunner(election, self.config.hooks, counted)
-                helpers.append(asyncio.create_task(runner.run()))
+        helpers += hooks.start(node.elections.values(), self.config.hooks, self.metrics.registry)
         if self.job is not None:
             helpers.append(asyncio.create_task(self._supervise(node, self.job)))
         if self.job is not None and self.job.try_for is not None:
@@ -260,7 +268,7 @@ class Daemon:
             supervisor = Supervisor(job.command, election, kill_grace=self.config.kill_grace,
                                     on_exit=self.config.on_exit, fixed_status=job.fixed_status,
                                     socket_path=socket_path)  # fmt: skip
-        election.step_down_hook = before(supervisor.stop_child, election.step_down_hook)
+        election.step_down_hook = hooks.before(supervisor.stop_child, election.step_down_hook)
         self._forward = supervisor.forward
         retry = _SPAWN_RETRY
         while True:

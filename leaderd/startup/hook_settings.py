@@ -6,16 +6,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ..election.timing import Timing
 from ..supervision.hooks import Hooks, parse_hooks
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+# (setting, environment variable)
+ENV = {key: f"LEADERD_{key.upper()}" for key in
+       ("on_elected", "on_demoted", "on_stop", "hook_timeout", "elected_hook_gates")}  # fmt: skip
 
 
-def hooks_of(settings: Mapping[str, Any], rooms: Mapping[str, float]) -> Hooks:
-    """The hooks; ``rooms``: each election's ttl * (1 - clock_drift) - safety_margin -
-    renew_interval. The demote hook must be done before the lease can expire: it starts when
-    only its timeout is left, so that timeout must fit in that room, as kill_grace must (and
-    its default, 5s, shrinks alike for short leases)."""
+def hooks_of(settings: Mapping[str, Any], timings: Mapping[str, Timing]) -> Hooks:
+    """The hooks, for elections of these timings. The demote hook must be done before the
+    lease can expire: it starts when only its timeout is left, so that timeout must fit
+    between two renewals, as kill_grace must (its default, 5s, shrinks alike)."""
+    rooms = {name: t.lease_window - t.renew_interval for name, t in timings.items()}
     given = settings.get("hook_timeout")
     timeout = min([5.0] + [round(r * 0.6, 3) for r in rooms.values()])
     if given is not None:

@@ -46,6 +46,26 @@ DAEMON_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
                               "help": "API connections per listener (default: 16384)"}),
     (("--header-timeout",), {**_S, "help": "time to send a request's headers (default: 10)"}),
     (("--keepalive-timeout",), {**_S, "help": "idle connections close after (default: 75)"}),
+    (("--check",), {"action": "append", "metavar": "CHECK",
+                    "help": "lead only while CHECK passes: exec:CMD, http://HOST:PORT/PATH, "
+                            "unix:SOCKET:/PATH or tcp://HOST:PORT (repeatable)"}),
+    (("--check-interval",), {**_S, "help": "run each check every S seconds (default: 5)"}),
+    (("--check-timeout",), {**_S, "help": "a check not done in S seconds failed (default: 2)"}),
+    (("--check-failures",), {"type": int, "metavar": "N",
+                             "help": "consecutive failures that make a node unhealthy "
+                                     "(default: 3)"}),
+    (("--check-successes",), {"type": int, "metavar": "N",
+                              "help": "consecutive successes that make it healthy (default: 1)"}),
+    (("--check-grace",), {**_S, "help": "failures this long after start do not count "
+                                        "(default: 0)"}),
+    (("--priority",), {"type": int, "metavar": "N",
+                       "help": "higher leads first; 0 never leads, a witness (default: 1)"}),
+    (("--failback",), {**_S, "help": "hand over to a healthy standby of higher priority "
+                                     "seen for S seconds (default: off)"}),
+    (("--on-unhealthy",), {"choices": ("handover", "step-down", "keep"),
+                           "help": "a leader whose checks fail with no healthy standby: keep "
+                                   "leading until one exists (handover, the default), "
+                                   "step down, or keep leading"}),
     (("--label-pod",), {"metavar": "KEY=VALUE", "help": "label this pod KEY=VALUE while it "
                         "leads (Kubernetes; the pod is $POD_NAME, else the host name)"}),
     (("--log-format",), {"choices": ("text", "json"), "help": "text (default) or json"}),

@@ -56,6 +56,7 @@ def _walk(path: Iterable[Any]) -> tuple[dict[str, Any], str]:
     for part in path:
         properties = node.get("properties", {})
         child = properties[part] if part in properties else node.get("additionalProperties")
+        child = node["items"] if isinstance(part, int) and "items" in node else child
         child = child if isinstance(child, dict) else {}
         node = _resolve(child)
         description = child.get("description") or node.get("description") or "valid"

@@ -21,7 +21,7 @@ import logging
 import os
 import shlex
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -79,6 +79,17 @@ def counter(registry: CollectorRegistry) -> Callable[[str, str, str], None]:
         runs.labels(election, hook, {"timed": "timeout"}.get(kind, kind)).inc()
 
     return counted
+
+
+def start(
+    elections: Iterable[Election], hooks: Hooks, registry: CollectorRegistry
+) -> list[asyncio.Task[None]]:
+    """A runner for each election's hooks (none without hooks), as tasks of the daemon's."""
+    if not hooks.any:
+        return []
+    counted = counter(registry)
+    runners = [HookRunner(election, hooks, counted) for election in elections]
+    return [asyncio.create_task(runner.run()) for runner in runners]
 
 
 def parse_hooks(settings: dict[str, object], timeout: float, gates: bool = False) -> Hooks:

@@ -327,6 +327,7 @@ async def test_status_fields_and_no_password(api: Any) -> None:
         "health",
         "backend",
         "elections",
+        "checks",
     }
     assert body["node_id"] == "node-a"
     assert body["version"] == __version__

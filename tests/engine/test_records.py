@@ -103,7 +103,8 @@ def test_roles_ages_and_conflicts() -> None:
     ]
     assert r.members[1].age == 4.0
     assert (r.cluster_size, r.healthy_standbys, r.cluster_ready) == (4, 1, False)
-    assert r.by_state() == {"leader": 1, "standby": 1, "conflict": 2, "stale": 2}
+    states = {"leader": 1, "standby": 1, "unhealthy": 0, "witness": 0, "conflict": 2, "stale": 2}
+    assert r.by_state() == states
     assert r.to_dict()["leader"] == "node-a"
 
 

@@ -17,7 +17,8 @@ A = Candidate("node-a", "10.0.0.1:80")
 TTL = 4.0
 
 
-async def test_members_of_an_older_leaderd_gain_the_campaigning_column(pg_server: PgServer) -> None:
+async def test_members_of_an_older_leaderd_gain_the_newer_columns(pg_server: PgServer) -> None:
+    """campaigning, then priority and health (docs/algorithm.md, "Who leads")."""
     table, e = unique("t"), unique()
     async with admin(pg_server) as conn:
         await conn.execute(
@@ -30,3 +31,5 @@ async def test_members_of_an_older_leaderd_gain_the_campaigning_column(pg_server
         assert (await ask(a, e, A, ttl=TTL, timeout=5)).held_by(A)
     async with admin(pg_server) as conn:
         assert await conn.fetchval(f"SELECT bool_and(campaigning) FROM {table}_members") is True
+        row = await conn.fetchrow(f"SELECT priority, health FROM {table}_members")
+        assert tuple(row) == (A.priority, "")

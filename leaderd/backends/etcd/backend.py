@@ -168,7 +168,7 @@ class EtcdBackend(EtcdCampaign, Backend):
     # ---- the one-write hand-over (grant.py) --------------------------------------------
 
     async def _grant_heir(
-        self, e: EtcdElection, state: State, reason: EndReason, heir: Heir
+        self, e: EtcdElection, state: State, reason: EndReason | str, heir: Heir
     ) -> bool:
         """End our term by putting the key under the spare of the freshest candidate ``heir``
         allows, term + 1. False: none, or it changed or its spare is gone; release as before."""

@@ -24,7 +24,6 @@ import orjson
 
 from ..asks import Heir
 from ..base import Candidate
-from ..records import EndReason
 from .gateway import b64, unb64
 from .records import Keys
 from .state import Holder, compare, int_of
@@ -39,6 +38,7 @@ class Candidacy:
     address: str
     lease: int
     modified: int
+    priority: int = 1  # a grant prefers the highest; 0 is never granted
 
 
 def candidacy(kv: dict[str, Any]) -> Candidacy | None:
@@ -46,7 +46,8 @@ def candidacy(kv: dict[str, Any]) -> Candidacy | None:
     try:
         v = orjson.loads(unb64(kv["value"]))
         return Candidacy(str(v["node_id"]), str(v["instance"]), str(v.get("address", "")),
-                         int(v["lease"]), int_of(kv.get("mod_revision")))  # fmt: skip
+                         int(v["lease"]), int_of(kv.get("mod_revision")),
+                         int(v.get("priority", 1)))  # fmt: skip
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -93,21 +94,22 @@ def freshest_heir(
     age: Callable[[Candidacy], float | None],
     ttl: Callable[[Candidacy], float | None],
 ) -> Candidacy | None:
-    """The candidate ``heir`` allows whose member record changed most recently on this
-    daemon's clock (``age``), judged against the member's own ``ttl``; ties by node id and
-    instance, as the SQL backends order them."""
+    """Of the candidates ``heir`` allows (their member record changed less than the member's
+    own ``ttl`` times its window ago on this daemon's clock, ``age``), the one of the highest
+    priority, and of those the one whose record changed most recently; ties by node id and
+    instance, as the SQL backends order them (docs/algorithm.md, "Who leads")."""
     live = [
-        (seen, offer.node_id, offer.instance, offer)
+        (-offer.priority, seen, offer.node_id, offer.instance, offer)
         for offer in offers.values()
         if (seen := age(offer)) is not None
         and (own := ttl(offer)) is not None
-        and heir.may_inherit(offer.node_id, seen, own)
+        and heir.may_inherit(offer.node_id, seen, own, offer.priority)
     ]
-    return min(live, key=lambda found: found[:3])[3] if live else None
+    return min(live, key=lambda found: found[:4])[4] if live else None
 
 
 def grant_txn(
-    keys: Keys, holder: Holder, offer: Candidacy, term: int, acquired_at: str, reason: EndReason
+    keys: Keys, holder: Holder, offer: Candidacy, term: int, acquired_at: str, reason: str
 ) -> dict[str, Any]:
     """The transaction of a grant: while our key is unchanged since our tenure began and the offer
     is unchanged since it was read, put the key under the offer's spare lease with ``term``,

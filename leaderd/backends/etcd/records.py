@@ -87,9 +87,11 @@ class Keys:
 
     # ---- operations for the backend's transactions ----
 
-    def heard(self, me: Candidate, ttl: float, heard_at: str) -> dict[str, Any]:
+    def heard(self, me: Candidate, ttl: float, heard_at: str, campaigning: bool) -> dict[str, Any]:
         value = {"node_id": me.node_id, "instance": me.instance, "address": me.address,
-                 "version": me.leaderd_version, "ttl": ttl, "heard_at": heard_at}  # fmt: skip
+                 "version": me.leaderd_version, "ttl": ttl, "heard_at": heard_at,
+                 "campaigning": campaigning, "priority": me.priority,
+                 "health": me.health, "switchover": me.switchover}  # fmt: skip
         return _put(self.member(me), value)
 
     def list_members(self) -> dict[str, Any]:
@@ -98,7 +100,7 @@ class Keys:
     def stand(self, me: Candidate, spare: int) -> dict[str, Any]:
         """Offer ``spare`` as the lease a release may grant this candidate the election under."""
         value = {"node_id": me.node_id, "instance": me.instance, "address": me.address,
-                 "lease": str(spare)}  # fmt: skip
+                 "lease": str(spare), "priority": me.priority}  # fmt: skip
         return _put(self.candidate(me.node_id, me.instance), value)
 
     def withdraw(self, me: Candidate) -> dict[str, Any]:
@@ -179,7 +181,9 @@ class MemberClock:
                 v = orjson.loads(unb64(kv["value"]))
                 member = Member(v["node_id"], v["instance"], v.get("address", ""),
                                 v.get("version", ""), float(v["ttl"]), _when(v.get("heard_at")),
-                                0.0 if _is(v, me) else now - seen[1])  # fmt: skip
+                                0.0 if _is(v, me) else now - seen[1],
+                                bool(v.get("campaigning", False)), int(v.get("priority", 1)),
+                                str(v.get("health", "")), str(v.get("switchover", "")))  # fmt: skip
             except (ValueError, KeyError, TypeError):
                 continue  # not a leaderd member: ignore it
             found.append(member)

@@ -33,7 +33,8 @@ def heard(e: EtcdElection, ask: Round | None, spare: Spare | None = None) -> lis
         return []
     keys = e.keys
     lost = [keys.lost(ask.lost_term)] if ask.lost_term else []
-    return [keys.heard(ask.me, ask.ttl, ask.heard_at), *lost, *_offer(e, ask, spare)]
+    heard = keys.heard(ask.me, ask.ttl, ask.heard_at, ask.campaigning)
+    return [heard, *lost, *_offer(e, ask, spare)]
 
 
 def _offer(e: EtcdElection, ask: Round, spare: Spare | None) -> list[Operation]:

@@ -52,6 +52,9 @@ class MemberLeases:
             "version": candidate.leaderd_version,
             "ttl": ttl,
             "campaigning": campaigning,
+            "priority": candidate.priority,
+            "health": candidate.health,
+            "switchover": candidate.switchover,
         }
         body = {
             "metadata": {
@@ -140,6 +143,10 @@ def member_of(item: dict[str, Any], now: dt.datetime) -> Member | None:
         float(info.get("ttl", 0.0)),
         heard_at,
         ago,
+        bool(info.get("campaigning", False)),
+        int(info.get("priority", 1)),
+        str(info.get("health", "")),
+        str(info.get("switchover", "")),
     )
 
 

@@ -215,7 +215,8 @@ class PostgresAdvisoryBackend(LockSessions, Backend):
         me = ask.candidate
         args = (s.election, s.key, me.node_id, me.instance, me.address, ask.ttl,
                 self._listener.channel, ask.takeover, ask.min_term, s.started,
-                me.leaderd_version, ask.lost_term)  # fmt: skip
+                me.leaderd_version, ask.lost_term, me.priority, me.health,
+                me.switchover)  # fmt: skip
         return await s.cas.fetchrow(*args)
 
     async def _plan(self, s: Session, ask: Ask) -> None:
@@ -230,7 +231,8 @@ class PostgresAdvisoryBackend(LockSessions, Backend):
             await self._cas(s, dataclasses.replace(ask, lost_term=0))
             await s.observe.fetchrow(s.election, s.key)
             await s.observe_heard.fetchrow(s.election, s.key, me.node_id, me.instance,
-                                           me.address, ask.ttl, me.leaderd_version, 0)  # fmt: skip
+                                           me.address, ask.ttl, me.leaderd_version, 0,
+                                           me.priority, me.health, me.switchover)  # fmt: skip
             await s.conn.fetchval(self._sql["release"], s.election, me.node_id, me.instance, -1,
                                   channel, "", 0.0, EndReason.RELEASED.value, "")  # fmt: skip
         s.planned = True
@@ -243,7 +245,7 @@ class PostgresAdvisoryBackend(LockSessions, Backend):
             raise BackendUnavailable(
                 f"renewing the lock on {self.description}: this session no longer holds it"
             )
-        lease = sql.row_lease(s.election, row, False, ask.candidate, ask.ttl)
+        lease = sql.row_lease(s.election, row, False, ask.candidate, ask.ttl, asked=True)
         if lease.held_by(ask.candidate):
             s.term, s.kept_at, s.granted = lease.term, sent, False
             return dataclasses.replace(lease, expires_in=None)  # no expiry while it lives
@@ -271,7 +273,8 @@ class PostgresAdvisoryBackend(LockSessions, Backend):
             if me is None:
                 row = await s.observe.fetchrow(s.election, s.key)
             else:
-                heard = (me.node_id, me.instance, me.address, ttl, me.leaderd_version, lost_term)
+                heard = (me.node_id, me.instance, me.address, ttl, me.leaderd_version, lost_term,
+                         me.priority, me.health, me.switchover)  # fmt: skip
                 row = await s.observe_heard.fetchrow(s.election, s.key, *heard)
             lease = self._judge(s.election, row, me, ttl)
             if lease is not None:

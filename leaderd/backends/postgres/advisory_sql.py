@@ -127,7 +127,7 @@ FROM me LEFT JOIN {{t}} AS c ON c.election = $1
 WHERE NOT EXISTS (SELECT FROM cas)
 """
 _CAS_ARGS = {"e": "$1", "n": "$3", "i": "$4", "a": "$5", "ttl": "$6", "v": "$11", "lost": "$12",
-             "c": "true"}  # fmt: skip
+             "c": "true", "who": records.who("$13", "$14", "$15")}  # fmt: skip
 # $1 election, $2 key: the companion row and the session holding the lock (if any);
 # ``recorded``: that session is the one the row names (pid and start: pids are reused).
 OBSERVE = f"""
@@ -141,10 +141,11 @@ LEFT JOIN pg_locks l ON l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
 LEFT JOIN pg_stat_activity a ON a.pid = l.pid
 """
 # The same, registering a member: $3 node id, $4 instance, $5 address, $6 ttl, $7 version,
-# $8 lost_term (a standby's rounds are reads: they relabel its lost term too).
+# $8 lost_term (a standby's rounds are reads: they relabel its lost term too), $9 priority,
+# $10 health, $11 switchover.
 OBSERVE_HEARD = f"WITH {records.HEARD}, {records.RELABELED}\n{OBSERVE}"
 _OBSERVE_ARGS = {"e": "$1", "n": "$3", "i": "$4", "a": "$5", "ttl": "$6", "v": "$7", "lost": "$8",
-                 "c": "false"}  # fmt: skip
+                 "c": "false", "who": records.who("$9", "$10", "$11")}  # fmt: skip
 # $1 election, $2 node id, $3 instance, $4 term, $5 channel, $6 reserved for ('': none), $7
 # its seconds, $8 end reason, $9 the version last answered ('': any). It commits on its own,
 # before the lock is freed (UNLOCK, the next statement): a standby granted the lock never reads
@@ -174,11 +175,17 @@ def statements(table: str, names: dict[str, str], takeover: str) -> dict[str, st
 
 
 def row_lease(
-    election: str, row: Any, live: bool, me: Candidate | None = None, ttl: float = 0.0
+    election: str,
+    row: Any,
+    live: bool,
+    me: Candidate | None = None,
+    ttl: float = 0.0,
+    asked: bool = False,
 ) -> Lease:
     """A row that names a holder; ``live``: its session holds the lock (no expiry).
-    ``me``: the candidate whose heartbeat this statement was, listed as heard now."""
-    members = records.members(row["members"], me, ttl)
+    ``me``: the candidate whose heartbeat this statement was (``asked``: a claim), listed
+    as heard now."""
+    members = records.members(row["members"], me, ttl, asked)
     expires_in = None if live else max(0.0, float(row["expires_in"] or 0.0))
     return heard_in(lease_from_row(election, row, expires_in, members), me)
 

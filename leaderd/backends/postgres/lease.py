@@ -27,7 +27,7 @@ from typing import Any
 
 import asyncpg
 
-from ..asks import Ask, Release
+from ..asks import Ask, Heir, Release
 from ..base import Backend, BackendUnavailable, Candidate, Capabilities, Grant, Lease, heard_in
 from ..records import EndReason, Tenure, end_text
 from . import fence, records
@@ -75,8 +75,8 @@ _LEASE_COLUMNS = f"""
 _MINE = "(l.holder = excluded.holder AND l.instance = excluded.instance)"
 # $1 election, $2 node id, $3 instance, $4 address, $5 ttl seconds, $6 channel,
 # $7 takeover (the version the engine watched for one ttl, or ''), $8 min_term,
-# $9 leaderd version, $10 lost_term. With it, in the same transaction: the member's
-# heartbeat and, when a term began, its history record (records.py).
+# $9 leaderd version, $10 lost_term, $11 priority, $12 health, $13 switchover. With it, in the same
+# transaction: the member's heartbeat and, when a term began, its history record (records.py).
 _ACQUIRE = f"""
 WITH prev AS MATERIALIZED (
     SELECT holder, instance, term, expires_at FROM {{t}} WHERE election = $1
@@ -106,26 +106,30 @@ WITH prev AS MATERIALIZED (
 SELECT answer.*, {records.MEMBERS} AS members FROM answer
 """
 _ACQUIRE_ARGS = {"e": "$1", "n": "$2", "i": "$3", "a": "$4", "ttl": "$5", "v": "$9", "lost": "$10",
-                 "c": "true"}  # fmt: skip
+                 "c": "true", "who": records.who("$11", "$12", "$13")}  # fmt: skip
 
 _OBSERVE = f"SELECT {{cols}}, {records.MEMBERS} AS members FROM {{t}} AS l WHERE election = $1"
-# $1 election, $2 node id, $3 instance, $4 address, $5 ttl, $6 leaderd version.
+# $1 election, $2 node id, $3 instance, $4 address, $5 ttl, $6 leaderd version, $7 priority,
+# $8 health, $9 switchover.
 _OBSERVE_HEARD = f"WITH {records.HEARD}\n{_OBSERVE}"
-_OBSERVE_ARGS = {"e": "$1", "n": "$2", "i": "$3", "a": "$4", "ttl": "$5", "v": "$6", "c": "false"}
+_OBSERVE_ARGS = {"e": "$1", "n": "$2", "i": "$3", "a": "$4", "ttl": "$5", "v": "$6", "c": "false",
+                 "who": records.who("$7", "$8", "$9")}  # fmt: skip
 
 # $1 election, $2 node id, $3 instance, $4 term, $5 channel, $6 reserved for ('': none),
-# $7 the reservation's seconds, $8 end reason, $9 and $11 the heir (NULL: none): hand the
-# lease to the freshest campaigning member of another node id than $11 heard within $9 of
-# its own ttl (docs/algorithm.md, "One-write hand-over"), expiring its ttl after it was last
-# heard; the member hears of it by the "granted" NOTIFY. $10 the version last answered
+# $7 the reservation's seconds, $8 end reason, $9 and $11-$13 the heir (NULL: none): hand
+# the lease to the campaigning member of another node id than $11 heard within $9 of its own
+# ttl, of priority $12 or more and, if $13, healthy; the highest priority, then the freshest
+# (docs/algorithm.md, "One-write hand-over" and "Who leads"), expiring its ttl after it was
+# last heard; the member hears of it by the "granted" NOTIFY. $10 the version last answered
 # ('': any): a late release after a renewal matches nothing.
 _RELEASE = f"""
 WITH heir AS MATERIALIZED (
     SELECT node_id, instance, address, ttl, heard_at FROM {{m}}
     WHERE $9::float8 IS NOT NULL AND $6::text = '' AND election = $1 AND campaigning
       AND node_id <> $11::text AND heard_at > now() - make_interval(secs => ttl * $9::float8)
+      AND priority >= $12::integer AND (health = '' OR NOT $13::boolean)
       AND octet_length(node_id) + octet_length(address) + octet_length($1) < 4000
-    ORDER BY heard_at DESC, node_id, instance LIMIT 1
+    ORDER BY priority DESC, heard_at DESC, node_id, instance LIMIT 1
 ), released AS (
     UPDATE {{t}} AS l SET holder = s.node_id, instance = coalesce(s.instance, ''),
         address = coalesce(s.address, ''), term = l.term + (s.node_id IS NOT NULL)::int,
@@ -196,7 +200,8 @@ class PostgresLeaseBackend(Backend):
         if me is None:
             rows = await self._request(doing, _DEFAULT_TIMEOUT, self._sql_observe, election)
         else:
-            args = (election, me.node_id, me.instance, me.address, float(ttl), me.leaderd_version)
+            args = (election, me.node_id, me.instance, me.address, float(ttl), me.leaderd_version,
+                    me.priority, me.health, me.switchover)  # fmt: skip
             rows = await self._request(doing, _DEFAULT_TIMEOUT, self._sql_observe_heard, *args)
         return self._saw(heard_in(_lease(election, rows[0] if rows else None, me, ttl), me))
 
@@ -205,11 +210,11 @@ class PostgresLeaseBackend(Backend):
         self._asker[election] = me.instance
         args = (election, me.node_id, me.instance, me.address, float(ask.ttl),
                 self._listener.channel, ask.takeover, ask.min_term, me.leaderd_version,
-                ask.lost_term)  # fmt: skip
+                ask.lost_term, me.priority, me.health, me.switchover)  # fmt: skip
         for _ in range(3):
             rows = await self._request("acquiring the lease", ask.timeout, self._sql_acquire, *args)
             if rows:
-                return self._saw(heard_in(_lease(election, rows[0], me, ask.ttl), me))
+                return self._saw(heard_in(_lease(election, rows[0], me, ask.ttl, True), me))
             # A concurrent first INSERT won, after this statement's snapshot: read again.
         raise BackendUnavailable(f"acquiring the lease on {self.description}: lost three races")
 
@@ -217,11 +222,9 @@ class PostgresLeaseBackend(Backend):
         me, to, heir = release.candidate, release.reserve_for, release.heir
         args = (release.election, me.node_id, me.instance, release.term, self._listener.channel)
         reservation = (to, float(release.ttl) if to else 0.0, end_text(release.reason, to))
-        heir_args = (
-            (None, release.version, "")
-            if heir is None
-            else (heir.heard_within_ttls, release.version, heir.releaser)
-        )
+        heir = heir or Heir("", heard_within_ttls=0.0)
+        window = None if release.heir is None else heir.heard_within_ttls
+        heir_args = (window, release.version, heir.releaser, heir.min_priority, heir.healthy)
         await self._request("releasing the lease", _DEFAULT_TIMEOUT, self._sql_release,
                             *args, *reservation, *heir_args)  # fmt: skip
 
@@ -273,7 +276,7 @@ class PostgresLeaseBackend(Backend):
             self._table_ready = True
         async with rolled_back(conn):
             await conn.fetch(self._sql_release, "", "", "", -1, self._listener.channel, "", 0.0,
-                             EndReason.RELEASED.value, 0.5, "", "")  # fmt: skip
+                             EndReason.RELEASED.value, 0.5, "", "", 1, True)  # fmt: skip
 
 
 class _Pool:
@@ -329,11 +332,13 @@ class _Pool:
         await asyncio.gather(*(close_quietly(c) for c in idle), self._closer.wait())
 
 
-def _lease(election: str, row: Any, me: Candidate | None = None, ttl: float = 0.0) -> Lease:
-    """The lease a row shows. An expired lease still names its holder (expires_in 0): it
-    was never released, and only the takeover rule may end it."""
+def _lease(
+    election: str, row: Any, me: Candidate | None = None, ttl: float = 0.0, asked: bool = False
+) -> Lease:
+    """The lease a row shows (``asked``: ``me`` asked for it). An expired lease still names
+    its holder (expires_in 0): it was never released, and only the takeover rule may end it."""
     if row is None:  # never held
         return Lease(election, None, "", 0, None, None)
-    members = records.members(row["members"], me, ttl)
+    members = records.members(row["members"], me, ttl, asked)
     expires_in = None if row["holder"] is None else max(0.0, float(row["expires_in"]))
     return lease_from_row(election, row, expires_in, members)  # released: the term is kept

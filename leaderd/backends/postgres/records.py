@@ -32,6 +32,9 @@ CREATE TABLE IF NOT EXISTS {m} (
     ttl       float8 NOT NULL,               -- stale once not heard from for this long
     heard_at  timestamptz NOT NULL,          -- server clock
     campaigning boolean NOT NULL DEFAULT false, -- heard asking for the lease (a grant may go to it)
+    priority  integer NOT NULL DEFAULT 1,    -- a grant prefers the highest, 0 never leads
+    health    text NOT NULL DEFAULT '',      -- why its health checks fail, '' while they pass
+    switchover text NOT NULL DEFAULT '',     -- the switchover it asks the leader for
     PRIMARY KEY (election, node_id, instance)
 );
 CREATE TABLE IF NOT EXISTS {h} (
@@ -47,24 +50,31 @@ CREATE TABLE IF NOT EXISTS {h} (
 )
 """
 
-_HAS_CAMPAIGNING = """
-SELECT true FROM pg_attribute
-WHERE attrelid = $1::regclass AND attname = 'campaigning' AND NOT attisdropped
+_COLUMNS = """
+SELECT array_agg(attname::text) FROM pg_attribute
+WHERE attrelid = $1::regclass AND attnum > 0 AND NOT attisdropped
 """
-_ADD_CAMPAIGNING = (
-    "ALTER TABLE {m} ADD COLUMN IF NOT EXISTS campaigning boolean NOT NULL DEFAULT false"
-)
+# Columns an older leaderd's members table lacks, added on open.
+_ADDED = {
+    "campaigning": "boolean NOT NULL DEFAULT false",
+    "priority": "integer NOT NULL DEFAULT 1",
+    "health": "text NOT NULL DEFAULT ''",
+    "switchover": "text NOT NULL DEFAULT ''",
+}
 
 # The member's heartbeat and the pruning of the long-silent, as CTEs. Placeholders name the
 # statement's parameters: {e} election, {n} node id, {i} instance, {a} address, {v} version,
-# {ttl} the member's ttl in seconds; {c} is true when the statement asks for the lease.
+# {ttl} the member's ttl in seconds; {c} is true when the statement asks for the lease;
+# {who} its priority and health (``who``).
 HEARD = f"""
 heard AS (
-    INSERT INTO {{m}} (election, node_id, instance, address, version, ttl, heard_at, campaigning)
-    VALUES ({{e}}, {{n}}, {{i}}, {{a}}, {{v}}::text, {{ttl}}::float8, now(), {{c}})
+    INSERT INTO {{m}} (election, node_id, instance, address, version, ttl, heard_at, campaigning,
+                       priority, health, switchover)
+    VALUES ({{e}}, {{n}}, {{i}}, {{a}}, {{v}}::text, {{ttl}}::float8, now(), {{c}}, {{who}})
     ON CONFLICT (election, node_id, instance) DO UPDATE SET address = excluded.address,
         version = excluded.version, ttl = excluded.ttl, heard_at = now(),
-        campaigning = excluded.campaigning
+        campaigning = excluded.campaigning, priority = excluded.priority,
+        health = excluded.health, switchover = excluded.switchover
     RETURNING 1
 ), pruned AS (
     DELETE FROM {{m}} WHERE election = {{e}}
@@ -76,7 +86,8 @@ heard AS (
 MEMBERS = """(
     SELECT json_build_object('now', now(), 'members', coalesce(json_agg(json_build_array(
         node_id, instance, address, version, ttl, heard_at,
-        extract(epoch FROM now() - heard_at)::float8) ORDER BY node_id, instance), '[]'))
+        extract(epoch FROM now() - heard_at)::float8, campaigning, priority, health, switchover)
+        ORDER BY node_id, instance), '[]'))
     FROM {m} WHERE election = {e}
 )::text"""
 # A record this process ended "lost the backend", once another request ended it otherwise.
@@ -180,12 +191,15 @@ async def create(pg: PgSettings, conn: Any) -> None:
 
 
 async def _upgrade_members(pg: PgSettings, conn: Any) -> None:
-    """Add the ``campaigning`` column to a members table an older leaderd created."""
+    """Add the columns a members table an older leaderd created lacks (one ALTER)."""
     members = tables(pg)["m"]
-    if await conn.fetchval(_HAS_CAMPAIGNING, members):
+    present = set(await conn.fetchval(_COLUMNS, members) or ())
+    missing = [column for column in _ADDED if column not in present]
+    if not missing:
         return
-    alter = _ADD_CAMPAIGNING.format(m=members)
-    await alter_as_owner(pg, conn, alter, f"table {members} lacks the column campaigning")
+    adds = ", ".join(f"ADD COLUMN IF NOT EXISTS {c} {_ADDED[c]}" for c in missing)
+    lacks = f"table {members} lacks the column(s) {', '.join(missing)}"
+    await alter_as_owner(pg, conn, f"ALTER TABLE {members} {adds}", lacks)
 
 
 def _one_line(sql: str) -> str:
@@ -193,19 +207,28 @@ def _one_line(sql: str) -> str:
     return " ".join(re.sub(r"--[^\n]*", "", sql).split()).rstrip(";")
 
 
-def members(text: str | None, me: Candidate | None, ttl: float) -> tuple[Member, ...]:
+def who(p: str, h: str, s: str) -> str:
+    """The {who} of HEARD: priority, health and switchover from parameters ``p``, ``h``, ``s``."""
+    return f"{p}::integer, {h}::text, {s}::text"
+
+
+def members(
+    text: str | None, me: Candidate | None, ttl: float, campaigning: bool = False
+) -> tuple[Member, ...]:
     """The MEMBERS column as Members; ``me`` (heard by this very statement, which its own
-    snapshot does not show) as heard at the server's now."""
+    snapshot does not show; ``campaigning`` if it asked for the lease) as heard at the
+    server's now."""
     if not text:
         return ()
     data = orjson.loads(text)
     now = _when(data["now"])
     found = {
-        (n, i): Member(n, i, a, v, float(t), _when(at), max(0.0, float(ago)))
-        for n, i, a, v, t, at, ago in data["members"]
+        (n, i): Member(n, i, a, v, float(t), _when(at), max(0.0, float(ago)), *rest)
+        for n, i, a, v, t, at, ago, *rest in data["members"]
     }
     if me is not None:
-        mine = Member(me.node_id, me.instance, me.address, me.leaderd_version, ttl, now, 0.0)
+        mine = Member(me.node_id, me.instance, me.address, me.leaderd_version, ttl, now, 0.0,
+                      campaigning, me.priority, me.health, me.switchover)  # fmt: skip
         found[me.node_id, me.instance] = mine
     return tuple(found[key] for key in sorted(found))
 

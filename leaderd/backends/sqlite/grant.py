@@ -1,7 +1,8 @@
 """sqlite:// one-write hand-over (docs/algorithm.md, "One-write hand-over"; docs/sqlite.md).
 
-A graceful release hands the lease, in its own transaction, to the freshest member the
-engine's ``Heir`` allows: term + 1, expiring its ttl after that
+A graceful release hands the lease, in its own transaction, to the member the engine's
+``Heir`` allows of the highest priority, the freshest of those (docs/algorithm.md, "Who
+leads"): term + 1, expiring its ttl after that
 member's heartbeat on this host's CLOCK_BOOTTIME. The lease row keeps the heartbeat's wall
 stamp in ``renewed_at``. The commit wakes every waiter; the heir's read finds the lease
 held by its own instance, and its member row names the heartbeat the expiry counts from.
@@ -22,8 +23,9 @@ from .schema import OF_VERSION
 _HEIR = """
 SELECT node_id, instance, address, ttl, heard_at, heard_boottime FROM {table}_members
 WHERE election = :election AND node_id <> :releaser AND campaigning = 1
+  AND priority >= :min_priority AND (health = '' OR NOT :healthy)
   AND boot_id = :boot_id AND heard_boottime > :now - ttl * :heard_within_ttls
-ORDER BY heard_boottime DESC, node_id, instance LIMIT 1"""
+ORDER BY priority DESC, heard_boottime DESC, node_id, instance LIMIT 1"""
 _GRANT = f"""
 UPDATE {{table}} SET holder = :node_id, instance = :heir, address = :address,
     term = term + 1, acquired_at = :wall, renewed_at = :heard_at, expires_at = :expires_at,
@@ -52,7 +54,7 @@ def grant(db: sqlite3.Connection, table: str, params: dict[str, Any], heir: Heir
     """Inside the release's transaction: hand the releaser's lease (``params``: election,
     holder, instance, term, wall, now, boot_id) to the freshest member ``heir`` allows.
     False when there is none or the releaser does not hold that term."""
-    chosen = {**params, "releaser": heir.releaser, "heard_within_ttls": heir.heard_within_ttls}
+    chosen = {**params, **heir.params()}
     found = db.execute(_HEIR.format(table=table), chosen).fetchone()
     if found is None:
         return False

@@ -36,10 +36,19 @@ CREATE TABLE IF NOT EXISTS {table}_members (
     boot_id        TEXT NOT NULL,
     heard_boottime REAL NOT NULL,
     campaigning    INTEGER NOT NULL DEFAULT 0,  -- heard asking for the lease: a grant may go to it
+    priority       INTEGER NOT NULL DEFAULT 1,  -- a grant prefers the highest, 0 never leads
+    health         TEXT NOT NULL DEFAULT '',    -- why its health checks fail, '' while they pass
+    switchover     TEXT NOT NULL DEFAULT '',    -- the switchover it asks the leader for
     PRIMARY KEY (election, node_id, instance)
 )"""
-# Added since the members table first shipped: an older file gains it (default: not asking).
-_CAMPAIGNING = "ALTER TABLE {table}_members ADD COLUMN campaigning INTEGER NOT NULL DEFAULT 0"
+# Added since the members table first shipped: an older file gains them (default: not
+# asking, the default priority, healthy).
+_ADDED = {
+    "campaigning": "INTEGER NOT NULL DEFAULT 0",
+    "priority": "INTEGER NOT NULL DEFAULT 1",
+    "health": "TEXT NOT NULL DEFAULT ''",
+    "switchover": "TEXT NOT NULL DEFAULT ''",
+}
 CREATE_HISTORY = """
 CREATE TABLE IF NOT EXISTS {table}_history (
     election    TEXT NOT NULL,
@@ -54,12 +63,13 @@ CREATE TABLE IF NOT EXISTS {table}_history (
 )"""
 _HEARD = """
 INSERT INTO {table}_members (election, node_id, instance, address, version, ttl, heard_at,
-                             boot_id, heard_boottime, campaigning)
+                             boot_id, heard_boottime, campaigning, priority, health, switchover)
 VALUES (:election, :node_id, :instance, :address, :version, :ttl, :wall, :boot_id, :now,
-        :campaigning)
+        :campaigning, :priority, :health, :switchover)
 ON CONFLICT (election, node_id, instance) DO UPDATE SET address = :address,
     version = :version, ttl = :ttl, heard_at = :wall, boot_id = :boot_id,
-    heard_boottime = :now, campaigning = :campaigning"""
+    heard_boottime = :now, campaigning = :campaigning, priority = :priority, health = :health,
+    switchover = :switchover"""
 _PRUNE = f"""
 DELETE FROM {{table}}_members
 WHERE election = :election AND (boot_id != :boot_id
@@ -69,7 +79,8 @@ _WITHDRAWN = """
 UPDATE {table}_members SET campaigning = 0
 WHERE election = :election AND node_id = :holder AND instance = :instance"""
 _MEMBERS = """
-SELECT node_id, instance, address, version, ttl, heard_at, boot_id, heard_boottime
+SELECT node_id, instance, address, version, ttl, heard_at, boot_id, heard_boottime,
+    campaigning, priority, health, switchover
 FROM {table}_members WHERE election = ? ORDER BY node_id, instance"""
 _END = """
 UPDATE {table}_history SET ended_at = coalesce(:ended_at, :wall), end_reason = :reason
@@ -94,14 +105,15 @@ FROM {table}_history WHERE election = ? ORDER BY term DESC LIMIT ?"""
 
 
 async def create(conn: aiosqlite.Connection, table: str) -> None:
-    """Create both tables if missing, and add the members' campaigning column to an older
-    file (inside the caller's transaction)."""
+    """Create both tables if missing, and add the members' newer columns to an older file
+    (inside the caller's transaction)."""
     await conn.execute(CREATE_MEMBERS.format(table=table))
     await conn.execute(CREATE_HISTORY.format(table=table))
     async with conn.execute(f"PRAGMA table_info({table}_members)") as cursor:
         columns = {str(row[1]) for row in await cursor.fetchall()}
-    if "campaigning" not in columns:
-        await conn.execute(_CAMPAIGNING.format(table=table))
+    for column, kind in _ADDED.items():
+        if column not in columns:
+            await conn.execute(f"ALTER TABLE {table}_members ADD COLUMN {column} {kind}")
 
 
 def heard(
@@ -116,7 +128,9 @@ def heard(
     ``campaigning``: ``me`` asks for the lease now (not cooling down, not stopping)."""
     params = {"election": election, "node_id": me.node_id, "instance": me.instance,
               "address": me.address, "version": me.leaderd_version,
-              "campaigning": int(campaigning), **clock}  # fmt: skip
+              "campaigning": int(campaigning), "priority": me.priority, "health": me.health,
+              "switchover": me.switchover,
+              **clock}  # fmt: skip
     db.execute(_HEARD.format(table=table), params)
     db.execute(_PRUNE.format(table=table), params)
 
@@ -126,10 +140,12 @@ def members(
 ) -> tuple[Member, ...]:
     rows = db.execute(_MEMBERS.format(table=table), (election,)).fetchall()
     found = []
-    for node_id, instance, address, version, ttl, heard_at, boot, heard_boottime in rows:
+    for node_id, instance, address, version, ttl, heard_at, boot, heard_boottime, *who in rows:
         # Another boot's clock cannot be read on ours: that process is gone.
         ago = now - heard_boottime if boot == boot_id else float(ttl) * PRUNE_AFTER_TTLS
-        found.append(Member(node_id, instance, address, version, float(ttl), when(heard_at), ago))
+        campaigning, priority, health, switchover = bool(who[0]), int(who[1]), *map(str, who[2:])
+        found.append(Member(node_id, instance, address, version, float(ttl), when(heard_at), ago,
+                            campaigning, priority, health, switchover))  # fmt: skip
     return tuple(found)
 
 
