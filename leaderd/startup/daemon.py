@@ -19,11 +19,11 @@ from dataclasses import dataclass, replace
 from aiohttp import web
 
 from .. import __version__
-from ..api.connections import Connections, FileBudget, Limits
+from ..api.connections import Limits
 from ..api.health_metrics import HealthCollector
 from ..api.listener import SocketInUse, SocketPathError, UnixListener
 from ..api.metrics import Metrics
-from ..api.server import build_app, serve
+from ..api.sites import Sites
 from ..backends import Backend, BackendFatal, BackendUnavailable, Candidate, backend_from_url
 from ..election.candidacy import Failback
 from ..election.engine import Election
@@ -74,7 +74,6 @@ class Daemon:
         self._signals = 0
         self._node: Node | None = None
         self._stopping_sent = False
-        self._budget: FileBudget | None = None
         self._health = Health()  # the health checks of every election (--check)
 
     async def run(self) -> int:
@@ -166,34 +165,9 @@ class Daemon:
         """The read-write API on the Unix socket; the read-only one on any TCP listener."""
         cfg = self.config
         assert self._unix is not None
-        app = build_app(node, metrics=self.metrics)
-        unix = self._connections("unix")
-        self._runner(await serve(app, unix_sock=self._unix.sock, connections=unix))
-        tcp = [s for s in self._activated if s.family in (socket.AF_INET, socket.AF_INET6)]
-        if not (tcp or cfg.listen):
-            return
-        read_only = build_app(node, metrics=self.metrics, read_only=True)
-        tcp_conns = self._connections("tcp")
-        for sock in tcp:
-            self._runner(await serve(read_only, unix_sock=sock, connections=tcp_conns))
-        if cfg.listen and not tcp:
-            try:
-                self._runner(await serve(read_only, tcp=cfg.listen, connections=tcp_conns))
-            except OSError as exc:
-                host, port = cfg.listen
-                raise SocketPathError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-            log.info("read-only listener on %s:%d", *cfg.listen)
-
-    def _connections(self, listener: str) -> Connections:
-        """One listener's connection limits; both listeners share the open-file budget."""
-        cfg = self.config
-        if self._budget is None:
-            self._budget = FileBudget()
-            log.debug("open connections at most %d (open files)", self._budget.capacity)
         limits = Limits(cfg.max_connections, cfg.header_timeout, cfg.keepalive_timeout)
-        connections = Connections(listener, limits, self._budget)
-        self.metrics.watch_connections(connections)
-        return connections
+        sites = Sites(node, self.metrics, limits, self._runner)
+        await sites.open(self._unix.sock, self._activated, cfg.listen)
 
     def _bind_unix(self) -> UnixListener:
         """The socket systemd passed us (socket activation), else our own at cfg.socket."""
