@@ -56,7 +56,7 @@ def test_wheel_carries_the_package_data_and_the_console_script(dists: Path) -> N
     for name in ("leaderd/py.typed", "leaderd/openapi.json", "leaderd/config.schema.json"):
         assert name in names
     assert not any(n.startswith(("tests/", "bench/", "examples/")) for n in names)
-    assert re.search(r"^leaderd = leaderd\.cli:main$", scripts, re.M), scripts
+    assert re.search(r"^leaderd = leaderd\.startup\.cli:main$", scripts, re.M), scripts
 
 
 # --- the Debian package -------------------------------------------------------
