@@ -33,10 +33,10 @@ lint: $(PYTHON)
 	$(PYTHON) -m ruff format --check leaderd tests bench
 	$(PYTHON) -m mypy
 
-# Two workers for the fast lane, three for the rest, on two cores: most of the suite waits on
-# real daemons, servers and ttls, not on the CPU. Every
-# fixture is per process (free ports, its own temporary directories), so the workers share
-# nothing but the machine. The rest goes a test file to each worker at a time (a file's
+# Two workers, on two cores: most of the suite waits on real daemons, servers and ttls, not on
+# the CPU (three made tests that judge an order of events under load fail). Every fixture is
+# per process (free ports, its own temporary directories), so the workers share nothing but
+# the machine. The rest goes a test file to each worker at a time (a file's
 # fixtures start once); the fast lane test by test, since schemathesis gives all its cases one
 # node id, which --dist loadfile would run once (tests/conftest.py refuses that). The chaos
 # runs come last and alone: their liveness bound is a time, and a busy neighbour's CPU is not
@@ -45,7 +45,7 @@ FAST := -m fast -n 2 --dist load
 
 test: deps lint
 	$(PYTEST) $(FAST)
-	$(PYTEST) -m "not fast and not chaos" -n 3 --dist loadfile
+	$(PYTEST) -m "not fast and not chaos" -n 2 --dist loadfile
 	$(PYTEST) -m "chaos and not fast"
 
 test-fast: $(PYTHON)

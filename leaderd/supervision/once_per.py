@@ -81,7 +81,8 @@ class OncePer(Supervisor):
             if started is None or lease is None or lease[0] != term:
                 continue
             began = boottime()
-            self.child_env = {"LEADERD_JOB_RUN": str(started.runs)}
+            at = f"{started.started_at or 0.0:.3f}"  # on the backend's clock, as scheduled
+            self.child_env = {"LEADERD_JOB_RUN": str(started.runs), "LEADERD_JOB_STARTED_AT": at}
             self._recorded.clear()
             try:
                 code = await self._run_once(term, lease[1])
