@@ -227,8 +227,9 @@ class Supervisor:
         if self._stop_reason is not None:
             return self._stop_reason, 0.0
         lease = self._election.lease_deadline()
-        if lease is None:
-            return "lost leadership", 0.0
+        if lease is None:  # a stop may be seen here before its step-down hook tells us
+            stopping = self._election.status().role is Role.STOPPED
+            return ("shutting down" if stopping else "lost leadership"), 0.0
         term, deadline = lease
         if term != child.term:  # its LEADERD_TERM would be stale: fenced writes must fail
             return f"the term changed from {child.term} to {term}", 0.0
