@@ -68,8 +68,12 @@ def test_json_logs_are_one_object_per_line(workdir: str) -> None:
 @pytest.mark.skipif(not shutil.which("systemd-socket-activate"), reason="no systemd installed")
 def test_socket_activation_uses_the_passed_socket(workdir: str) -> None:
     path = os.path.join(workdir, "activated.sock")
+    # systemd-socket-activate passes on only the variables named with -E: without them the
+    # daemon would fall back to the host's own state directory and configuration file.
+    passed = [f"-E{name}" for name in ("PYTHONPATH", "LEADERD_CONFIG", "STATE_DIRECTORY",
+                                        "RUNTIME_DIRECTORY", "HOSTNAME")]  # fmt: skip
     proc = subprocess.Popen(
-        ["systemd-socket-activate", "-l", path, sys.executable, "-m", "leaderd", "run",
+        ["systemd-socket-activate", *passed, "-l", path, sys.executable, "-m", "leaderd", "run",
          "--backend", "static://", "--node-id", "sa", "--socket", f"{workdir}/unused.sock"],
         env={**os.environ, "PYTHONPATH": str(REPO)},
         stdout=subprocess.DEVNULL,
@@ -83,6 +87,8 @@ def test_socket_activation_uses_the_passed_socket(workdir: str) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
+    # Its terms went to the test's state directory, never the host's.
+    assert os.path.exists(os.path.join(os.environ["STATE_DIRECTORY"], "static-terms.json"))
 
 
 def test_quick_start_runs_with_no_configuration(workdir: str) -> None:
