@@ -20,6 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from .. import jsonio, package_files
 from ..election import switchover
+from ..election.answers import EncodedStatus
 from ..election.engine import Election
 from ..election.history import DEFAULT_LIMIT, MAX_LIMIT
 from ..election.node import Node
@@ -162,21 +163,21 @@ class _Api:
 
     async def _long_poll(
         self, election: Election, revision: int | None, timeout: float
-    ) -> ElectionStatus:
-        """wait_for_change in the handler's own task (no helper tasks per watcher: 10,000
+    ) -> EncodedStatus:
+        """wait_for_answer in the handler's own task (no helper tasks per watcher: 10,000
         of them add up); a shutdown cancels it and it answers with the current status."""
         if self.closing.is_set():
-            return election.status()
+            return election.encoded_status()
         task = asyncio.current_task()
         assert task is not None
         self._polls.add(task)
         try:
-            return await election.wait_for_change(revision, timeout)
+            return await election.wait_for_answer(revision, timeout)
         except asyncio.CancelledError:
             if not self.closing.is_set():
                 raise  # the client went away
             task.uncancel()
-            return election.status()
+            return election.encoded_status()
         finally:
             self._polls.discard(task)
 
@@ -189,7 +190,7 @@ class _Api:
         # Judged now, like every answer; only its encoding is reused (the hot path).
         answer = election.encoded_status()
         code = 200 if answer.role is Role.LEADER else 503
-        return web.Response(body=answer.body, status=code, headers=_headers(answer.revision))
+        return _answer(answer, code)
 
     async def standby(self, request: web.Request) -> web.Response:
         """Patroni's /replica: 200 while this node is a healthy follower that knows the
@@ -216,12 +217,12 @@ class _Api:
         except params.BadParameter as exc:
             return error(400, "bad_parameter", str(exc))
         if request.method != "GET":  # HEAD and OPTIONS answer at once, never a stream
-            return _json_status(election.status())
+            return _answer(election.encoded_status())
         accept = request.headers.get("Accept", "")
         if stream or _SSE in accept:
             sse = _SSE in accept or query.get("stream") == "sse"
             return await self._stream(request, election, sse)
-        return _json_status(await self._long_poll(election, revision, timeout))
+        return _answer(await self._long_poll(election, revision, timeout))
 
     async def resign(self, request: web.Request) -> web.Response:
         election = self.node.election(request.match_info.get("election"))
@@ -371,25 +372,8 @@ def _headers(revision: int) -> Mapping[str, str]:
     return {"Content-Type": _JSON, "Leaderd-Revision": str(revision)}
 
 
-class _LastEncoded:
-    """Many watchers woken by one change are answered the same status object (watchers.py):
-    encode it once, found by identity (hashing a status for each of them costs more)."""
-
-    def __init__(self) -> None:
-        self.status: ElectionStatus | None = None
-        self.body = b""
-
-    def __call__(self, status: ElectionStatus) -> bytes:
-        if status is not self.status:
-            self.status, self.body = status, jsonio.dumps(status.to_dict())
-        return self.body
-
-
-_encoded = _LastEncoded()
-
-
-def _json_status(status: ElectionStatus) -> web.Response:
-    return web.Response(body=_encoded(status), headers=_headers(status.revision))
+def _answer(answer: EncodedStatus, status: int = 200) -> web.Response:
+    return web.Response(body=answer.body, status=status, headers=_headers(answer.revision))
 
 
 def _event(status: ElectionStatus, sse: bool) -> bytes:

@@ -34,7 +34,9 @@ log = logging.getLogger("leaderd.engine")
 class EncodedStatus:
     """An ElectionStatus as its JSON answer, and what that answer shows."""
 
-    shown: tuple[View, int, int | None]  # the view, the revision, the milliseconds left
+    # The view, the revision, the milliseconds left (None: a published status, not judged
+    # by encoded_status()).
+    shown: tuple[View, int, int | None] | None
     role: Role
     revision: int
     body: bytes
@@ -70,6 +72,8 @@ class ElectionAnswers:
         # --elected-hook-gates: a term is answered "leader" only once this says it may be.
         self.gate: Callable[[int], bool] | None = None
         self._encoded: EncodedStatus | None = None  # the last encoded_status()
+        # The last published status a long poll answered, encoded once for all of them.
+        self._published_encoded: tuple[ElectionStatus | None, EncodedStatus | None] = (None, None)
         self._refresh(self._clock.now())
 
     def status(self) -> ElectionStatus:
@@ -90,9 +94,7 @@ class ElectionAnswers:
         )
         encoded = self._encoded
         if encoded is None or encoded.shown != shown:
-            status = self._snapshot(view, now)
-            body = jsonio.dumps(status.to_dict())
-            encoded = self._encoded = EncodedStatus(shown, status.role, status.revision, body)
+            encoded = self._encoded = _encode(self._snapshot(view, now), shown)
         return encoded
 
     def members(self) -> Members:
@@ -167,7 +169,24 @@ class ElectionAnswers:
     async def wait_for_change(self, revision: int | None, timeout: float) -> ElectionStatus:
         """Long poll: the status once its revision differs from ``revision`` (or the
         next change when None), or the current status after ``timeout`` seconds."""
-        return await self._watchers.wait(self.status, revision, timeout)
+        return await self._watchers.wait(self.status, _same, revision, timeout)
+
+    async def wait_for_answer(self, revision: int | None, timeout: float) -> EncodedStatus:
+        """wait_for_change as its JSON answer: thousands of long polls woken by one change
+        share one encoding of it, and a "leader" answer is judged anew for each of them
+        (encoded_status(), whose bytes are reused while they show the same)."""
+        return await self._watchers.wait(
+            self.encoded_status, self._encode_published, revision, timeout
+        )
+
+    def _encode_published(self, status: ElectionStatus) -> EncodedStatus:
+        """The encoding of a published status, found by identity (hashing it for each of
+        thousands of waiters costs more)."""
+        last, encoded = self._published_encoded
+        if status is not last or encoded is None:
+            encoded = _encode(status, None)
+            self._published_encoded = (status, encoded)
+        return encoded
 
     def stream(self) -> contextlib.AbstractContextManager[asyncio.Queue[ElectionStatus]]:
         """A queue that receives the current status, then one status per change."""
@@ -208,3 +227,11 @@ class ElectionAnswers:
     def _log_notes(self, notes: list[Note]) -> None:
         for note in notes:
             log.log(note.level, note.sentence, extra=extra(note.event, **note.fields))
+
+
+def _encode(status: ElectionStatus, shown: tuple[View, int, int | None] | None) -> EncodedStatus:
+    return EncodedStatus(shown, status.role, status.revision, jsonio.dumps(status.to_dict()))
+
+
+def _same(status: ElectionStatus) -> ElectionStatus:
+    return status

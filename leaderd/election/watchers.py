@@ -10,6 +10,7 @@ import contextlib
 import datetime as dt
 import logging
 from collections.abc import Callable, Iterator
+from typing import Protocol, TypeVar
 
 from .status import ElectionStatus, Role
 
@@ -18,6 +19,19 @@ log = logging.getLogger("leaderd.engine")
 ChangeListener = Callable[[ElectionStatus], None]
 # How many changes a stream reader may fall behind before it loses the oldest.
 STREAM_BACKLOG = 256
+
+
+class Answer(Protocol):
+    """What a long poll answers: a status, or its encoded answer."""
+
+    @property
+    def role(self) -> Role: ...
+
+    @property
+    def revision(self) -> int: ...
+
+
+A = TypeVar("A", bound=Answer)
 
 
 class Watchers:
@@ -61,32 +75,37 @@ class Watchers:
                 log.exception("listener of election %s failed", self.election)
 
     async def wait(
-        self, current: Callable[[], ElectionStatus], revision: int | None, timeout: float
-    ) -> ElectionStatus:
-        """The status once its revision differs from ``revision`` (the next change when
-        None), or the current status after ``timeout`` seconds."""
-        status = current()
-        awaited = status.revision if revision is None else revision
+        self,
+        current: Callable[[], A],
+        published: Callable[[ElectionStatus], A],
+        revision: int | None,
+        timeout: float,
+    ) -> A:
+        """The answer once its revision differs from ``revision`` (the next change when
+        None), or the current answer after ``timeout`` seconds. ``current`` derives the
+        answer now; ``published`` makes it of the status a publish delivered."""
+        answer = current()
+        awaited = answer.revision if revision is None else revision
         self._pollers += 1
         try:
             async with asyncio.timeout(timeout):
-                while status.revision == awaited:
+                while answer.revision == awaited:
                     await self._changed.wait()
-                    status = self._woken(current)
+                    answer = self._woken(current, published)
         except TimeoutError:
-            status = current()
+            answer = current()
         finally:
             self._pollers -= 1
-        return status
+        return answer
 
-    def _woken(self, current: Callable[[], ElectionStatus]) -> ElectionStatus:
-        """The status for a waiter woken by a publish. Thousands wake at once: they share
-        the published one, unless it says "leader", which is derived anew for each answer
-        (the self-fence deadline may pass while they are being answered)."""
+    def _woken(self, current: Callable[[], A], published: Callable[[ElectionStatus], A]) -> A:
+        """The answer for a waiter woken by a publish. Thousands wake at once: they share
+        the published status, unless it says "leader", which is derived anew for each
+        answer (the self-fence deadline may pass while they are being answered)."""
         latest = self._latest
         if latest is None or latest.role is Role.LEADER:
             return current()
-        return latest
+        return published(latest)
 
     @contextlib.contextmanager
     def stream(self, first: ElectionStatus) -> Iterator[asyncio.Queue[ElectionStatus]]:
