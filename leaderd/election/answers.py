@@ -86,12 +86,9 @@ class ElectionAnswers:
         in the whole milliseconds the answer shows (the hot path of every /leader answer)."""
         now = self._clock.now()
         view = self._refresh(now)
-        valid_for = self.state.valid_for(now) if view.role is Role.LEADER else None
-        shown = (
-            view,
-            self._watchers.revision,
-            None if valid_for is None else int(valid_for * 1000),
-        )
+        # A "leader" view is derived only while leading: the time left is the deadline's.
+        left = int((self.state.deadline - now) * 1000) if view.role is Role.LEADER else None
+        shown = (view, self._watchers.revision, left)
         encoded = self._encoded
         if encoded is None or encoded.shown != shown:
             encoded = self._encoded = _encode(self._snapshot(view, now), shown)
