@@ -24,7 +24,14 @@ import pytest
 
 from tests.etcd.fixtures import etcd_cluster  # noqa: F401 - the fixture the etcd daemons use
 from tests.kubernetes.conftest import kube  # noqa: F401 - the fixture the kubernetes ones use
-from tests.support.daemons import Daemon, leaderd_cli, leaders, short_tempdir, wait_for
+from tests.support.daemons import (
+    Daemon,
+    history,
+    leaderd_cli,
+    leaders,
+    short_tempdir,
+    wait_for,
+)
 from tests.support.pgserver import PgServer
 
 pytestmark = pytest.mark.slow
@@ -171,6 +178,9 @@ def test_a_failover_in_mid_period_does_not_run_the_job_again(
     assert old.node_id == first.node
     cluster.stop(old, signal.SIGTERM)  # a graceful hand-over, just after the run: mid-period
     successor = cluster.leader()
+    # Released, not waited out: the job's writes of the record never cost the release.
+    released = (first.term, old.node_id, "released")
+    wait_for(lambda: released in history(successor, 3), timeout=10, what=f"{released}")
     second = cluster.until_runs(first.run + 1)[first.run]
     assert second.node == successor.node_id and second.term > first.term
     last = second
