@@ -37,7 +37,7 @@ from tests.support.pgserver import PgServer
 pytestmark = pytest.mark.slow
 
 PERIOD = 2.5
-TTL = 1.5
+TTL = 2.0
 # The job writes the start the backend recorded for it (milliseconds), not a stamp of its own:
 # a job's own clock read waits for its interpreter, which a loaded host delays at random.
 STAMP_JITTER = 0.002

@@ -24,11 +24,14 @@ from tests.support.pgserver import PgServer
 
 E = "default"
 A, B = Candidate("node-a"), Candidate("node-b")
+ADVISORY = [
+    pytest.param("postgresql+advisory", marks=pytest.mark.postgres),
+    pytest.param("postgresql+advisory-immediate", marks=pytest.mark.postgres),
+]
 BACKENDS = [
     "sqlite",
     pytest.param("postgresql", marks=pytest.mark.postgres),
-    pytest.param("postgresql+advisory", marks=pytest.mark.postgres),
-    pytest.param("postgresql+advisory-immediate", marks=pytest.mark.postgres),
+    *ADVISORY,
     "etcd",
     pytest.param("kubernetes", marks=pytest.mark.kubernetes),
 ]
@@ -200,11 +203,10 @@ async def test_the_end_of_a_run_and_an_interrupted_one(
     assert last.status is RunStatus.INTERRUPTED and last.succeeded_at == done.succeeded_at
 
 
+@pytest.mark.parametrize("url", ADVISORY, indirect=True)
 async def test_an_advisory_start_needs_the_lock_held_by_the_holders_session(
-    opened: tuple[Backend, Backend, JobStore], request: pytest.FixtureRequest
+    opened: tuple[Backend, Backend, JobStore],
 ) -> None:
-    if not request.node.backend_name.startswith("postgresql+advisory"):
-        pytest.skip("the advisory lock's own condition")
     a, _b, store = opened
     term = await lead(a, A)
     await a.close()  # its lock session ends: the lock is free, the row still names it, unexpired
