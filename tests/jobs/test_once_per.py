@@ -115,7 +115,7 @@ class Cluster:
             young = runs and time.time() - runs[-1].at < self.period / 2
             return runs[-1] if young else None
 
-        run: Run = wait_for(fresh, timeout=3 * self.period, what="a run just started")
+        run: Run = wait_for(fresh, timeout=4 * self.period, what="a run just started")
         return run
 
     def stop(self, d: Daemon, signum: int) -> None:

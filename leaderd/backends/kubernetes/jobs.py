@@ -13,8 +13,10 @@ of the Lease, so a start that was written came before it, and the new holder rea
 
 Renewals and releases rewrite the Lease from the object last seen (the watch shows them this
 write), keeping every annotation, so the record survives them; a renewal that raced with a
-job write gets a 409, reads again and renews (backend.py). A write of the record counts as a
-change of the Lease for the standbys' takeover rule: it makes them wait longer, never less.
+job write gets a 409, reads again and renews, and a release that names the version of its
+last renewal still applies after a job's write, which leaves renewTime as it was
+(backend.py). A write of the record counts as a change of the Lease for the standbys'
+takeover rule: it makes them wait longer, never less.
 
 Times are the writing host's wall clock, as for etcd (etcd/jobs.py says why that is safe):
 the API server keeps no time a client can read with sub-second precision.
