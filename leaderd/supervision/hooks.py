@@ -210,6 +210,7 @@ class HookRunner:
             log.info("%s (%s): done", line, reason)
         else:
             log.error("%s (%s): %s", line, reason, result)
+            self.election.notes.add(term, f"{hook} hook {result}")  # for the term's history
         return result
 
 
