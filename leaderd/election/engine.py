@@ -195,7 +195,8 @@ class Election(ElectionAnswers):
 
     def _who_leads(self, now: float) -> None:
         """After a leader's round: hand over the ordinary way (child stopped first) when
-        candidacy.decide says so; reserved for the node it names where the backend reserves."""
+        candidacy.decide says so; reserved for the node it names where the backend reserves,
+        else with a cooldown of one ttl."""
         if not self.state.leading(now):
             return self.failback.reset()
         able = standbys(self._heard, self.candidate, now - self._heard_at, self._grants)
@@ -205,7 +206,10 @@ class Election(ElectionAnswers):
             to, self._end_reason = decided
             log.warning("election %s, term %d: %s", self.name, self.state.held_term,
                         self._end_reason)  # fmt: skip
-            self.resign(0.0, to if self.reserves else "")
+            # Unreserved, the free lease goes to whoever asks first, this node too: a hand-over
+            # to a named node (failback) keeps out of the race for one ttl, so that node wins.
+            cooldown = self.timing.ttl if to and not self.reserves else 0.0
+            self.resign(cooldown, to if self.reserves else "")
 
     def _take_grant(self, grant: Grant) -> float | None:
         """Lead on a release's grant, self-fencing from the request whose heartbeat its
