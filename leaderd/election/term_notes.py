@@ -8,6 +8,7 @@ from __future__ import annotations
 from ..backends.records import NOTE_SEPARATOR, NotedReason
 
 MAX_NOTES = 3  # per term: a record stays one line however often a hook fails
+MAX_TERMS = 8  # terms with notes kept: those of terms lost, never released, go in turn
 
 
 class TermNotes:
@@ -19,6 +20,10 @@ class TermNotes:
 
     def add(self, term: int, note: str) -> None:
         """Note ``note`` (e.g. "on_elected hook failed with status 3") on ``term``."""
+        if term not in self._notes and len(self._notes) >= MAX_TERMS:
+            oldest = min(self._notes)
+            del self._notes[oldest]
+            self._more.pop(oldest, None)
         kept = self._notes.setdefault(term, [])
         if len(kept) < MAX_NOTES:
             kept.append(note)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from leaderd.backends.records import EndReason, end_text
-from leaderd.election.term_notes import MAX_NOTES, TermNotes
+from leaderd.election.term_notes import MAX_NOTES, MAX_TERMS, TermNotes
 
 
 def test_a_release_carries_the_notes_of_its_own_term_only() -> None:
@@ -37,3 +37,12 @@ def test_a_hook_failing_over_and_over_keeps_the_record_one_line() -> None:
         notes.add(9, "on_elected hook failed with status 3")
     ended = notes.ended(9, EndReason.RESIGNED)
     assert ended.count("status 3") == MAX_NOTES and ended.endswith("; 4 more hook failures")
+
+
+def test_notes_on_terms_never_released_are_bounded() -> None:
+    notes = TermNotes()
+    for term in range(1, MAX_TERMS + 3):
+        notes.add(term, f"on_demoted hook failed with status {term}")
+    assert notes.ended(1, EndReason.RELEASED) == "released"  # the oldest went first
+    last = MAX_TERMS + 2
+    assert notes.ended(last, EndReason.RELEASED).endswith(f"status {last}")
