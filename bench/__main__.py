@@ -104,6 +104,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--rss-settle", type=float, default=3.0, help="seconds idle before the idle RSS reading"
     )
+    p.add_argument("--startup-runs", type=int, default=5, help="daemon starts timed, per kind")
     p.add_argument("--qps-window", type=float, default=30.0, help="steady-state window, s")
     p.add_argument("--qps-warmup", type=float, default=5.0, help="warm-up before it, s")
     p.add_argument("--etcd-handovers", type=int, help="default: --handovers")
@@ -193,7 +194,7 @@ class Bench:
             keep = {"watch", "rss"} & only
             self.figures = [f for f in self.figures if f.family not in {"watch", "rss"} - keep]
         if "rss" in only:
-            await self.step("startup", startup.measure)
+            await self.step("startup", lambda: startup.measure(a.startup_runs))
         if "handover" in only and not etcd.missing() and "etcd" not in only:
             with_etcd = "etcd" in a.backends
             work = functools.partial(etcd.reference, a.handovers, a.etcd_fsync, with_etcd)

@@ -8,7 +8,9 @@ daemon that runs a job opens one. Its contract:
   with ``term``, unexpired on the backend's clock, and the record still has ``runs`` starts
   (a compare-and-set): two daemons can never both record the start that follows one record.
 * Times are the backend's clock (PostgreSQL's ``now()``, the host's wall clock for SQLite),
-  each read with the record (``JobRecord.now``), so a due time is judged on one clock.
+  each read with the record (``JobRecord.now``), so a due time is judged on one clock. etcd
+  and Kubernetes keep no clock a client can read: their stores use the writing host's wall
+  clock (etcd/jobs.py says why that is safe).
 * Driver exceptions never escape: they become BackendError, as for the lease backends.
 """
 
@@ -87,6 +89,11 @@ _STORES = {
     "sqlite": ("leaderd.backends.sqlite.jobs", "SQLiteJobStore"),
     "postgresql": ("leaderd.backends.postgres.jobs", "PostgresJobStore"),
     "postgres": ("leaderd.backends.postgres.jobs", "PostgresJobStore"),
+    "postgresql+advisory": ("leaderd.backends.postgres.advisory_jobs", "AdvisoryJobStore"),
+    "postgres+advisory": ("leaderd.backends.postgres.advisory_jobs", "AdvisoryJobStore"),
+    "etcd": ("leaderd.backends.etcd.jobs", "EtcdJobStore"),
+    "etcd+https": ("leaderd.backends.etcd.jobs", "EtcdJobStore"),
+    "kubernetes": ("leaderd.backends.kubernetes.jobs", "KubernetesJobStore"),
 }
 
 
@@ -99,7 +106,7 @@ def job_store_from_url(url: str) -> JobStore:
     scheme = url.split(":", 1)[0].lower()
     if scheme not in _STORES:
         raise BackendFatal(
-            f"run --once-per keeps its record in sqlite:// or postgresql://, not {scheme}://"
+            f"run --once-per keeps its record in the lease's backend; {scheme}:// keeps none"
         )
     module_name, class_name = _STORES[scheme]
     cls = getattr(importlib.import_module(module_name), class_name)

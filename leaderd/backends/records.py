@@ -19,6 +19,8 @@ HISTORY_RETENTION = 100
 # The ttl of a stopping member's last heartbeat: it is stale at once, so no switchover picks
 # it, and pruned by the next request.
 LEFT_TTL = 0.0
+# Between an end reason and the notes on the term that follow it (election/term_notes.py).
+NOTE_SEPARATOR = "; "
 
 
 class EndReason(StrEnum):
@@ -72,10 +74,25 @@ class Tenure:
     end_reason: str | None  # an EndReason value; None while it lasts
 
 
+class NotedReason(str):
+    """An end reason followed by notes on the term (election/term_notes.py), as one text:
+    "resigned; on_elected hook failed with status 3". ``notes`` keeps them apart."""
+
+    notes: str
+
+    def __new__(cls, reason: str, notes: str) -> NotedReason:
+        text = super().__new__(cls, f"{reason}{NOTE_SEPARATOR}{notes}" if notes else reason)
+        text.notes = notes
+        return text
+
+
 def end_text(reason: EndReason | str, reserve_for: str) -> str:
     """The end_reason a release records: a switchover names the node it reserved the lease
-    for ("handed over to NODE"); older records say "resigned"."""
-    return f"{EndReason.HANDED_OVER.value} {reserve_for}" if reserve_for else str(reason)
+    for ("handed over to NODE"; older records say "resigned"), keeping the term's notes."""
+    if not reserve_for:
+        return str(reason)
+    notes = getattr(reason, "notes", "")
+    return str(NotedReason(f"{EndReason.HANDED_OVER.value} {reserve_for}", notes))
 
 
 def end_of_acquisition(mine: bool, free: bool, lost: bool) -> EndReason:

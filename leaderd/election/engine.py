@@ -31,6 +31,7 @@ from .history import History
 from .release_doubt import version_of
 from .state import MIN_DELAY
 from .switchover_request import due_to, still_wanted
+from .term_notes import TermNotes
 from .timing import Timing
 from .values import Request
 
@@ -65,6 +66,7 @@ class Election(ElectionAnswers):
         self.on_unhealthy = "handover"
         self.failback = Failback(None)
         self._end_reason = ""  # how the next release ends the term, when neither resign nor stop
+        self.notes = TermNotes()  # hook failures, recorded by the release of their term
         self._backend = backend
         self._poke = asyncio.Event()
         self._stopped = asyncio.Event()
@@ -193,7 +195,8 @@ class Election(ElectionAnswers):
 
     def _who_leads(self, now: float) -> None:
         """After a leader's round: hand over the ordinary way (child stopped first) when
-        candidacy.decide says so; reserved for the node it names where the backend reserves."""
+        candidacy.decide says so; reserved for the node it names where the backend reserves,
+        else with a cooldown of one ttl."""
         if not self.state.leading(now):
             return self.failback.reset()
         able = standbys(self._heard, self.candidate, now - self._heard_at, self._grants)
@@ -203,7 +206,10 @@ class Election(ElectionAnswers):
             to, self._end_reason = decided
             log.warning("election %s, term %d: %s", self.name, self.state.held_term,
                         self._end_reason)  # fmt: skip
-            self.resign(0.0, to if self.reserves else "")
+            # Unreserved, the free lease goes to whoever asks first, this node too: a hand-over
+            # to a named node (failback) keeps out of the race for one ttl, so that node wins.
+            cooldown = self.timing.ttl if to and not self.reserves else 0.0
+            self.resign(cooldown, to if self.reserves else "")
 
     def _take_grant(self, grant: Grant) -> float | None:
         """Lead on a release's grant, self-fencing from the request whose heartbeat its
@@ -316,9 +322,8 @@ class Election(ElectionAnswers):
             return
         term, version = held
         heir = heir_of(self.candidate) if self._grants and not to else None
-        release = self._backend.release(Release(
-            self.name, self.candidate, term, reason, version, to, self.timing.ttl, heir
-        ))  # fmt: skip
+        release = self._backend.release(Release(self.name, self.candidate, term,
+            self.notes.ended(term, reason), version, to, self.timing.ttl, heir))  # fmt: skip
         try:
             # A timeout block, not wait_for: the release starts now, not a loop turn later.
             async with asyncio.timeout(self.timing.renew_interval):
@@ -334,13 +339,8 @@ class Election(ElectionAnswers):
             )
             return
         reserved = f", reserved for {to} for {self.timing.ttl:g}s" if to else ""
-        log.info(
-            "released election %s, term %d%s",
-            self.name,
-            term,
-            reserved,
-            extra=extra(Event.RELEASED, election=self.name, term=term, reserved_for=to or None),
-        )
+        fields = extra(Event.RELEASED, election=self.name, term=term, reserved_for=to or None)
+        log.info("released election %s, term %d%s", self.name, term, reserved, extra=fields)
         if to:
             self.state.on_reserved(to, term)
         if self.state.stopping:  # the release kept us listed: the last write leaves

@@ -8,27 +8,23 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 import socket
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..api import params
-from ..election.timing import Timing, TimingError
-from ..supervision.hooks import Hooks
 from . import schema
-from .eligibility import ELECTION_KEYS, Eligibility, EligibilityError, eligibility
+from .config_values import ConfigError as ConfigError
+from .config_values import seconds as _seconds
+from .election_table import TIMING_KEYS, ElectionConfig, elections
 from .eligibility import ENV as ENV_ELIGIBILITY
 from .hook_settings import ENV as ENV_HOOKS
-from .hook_settings import hooks_of
 
 DEFAULT_CONFIG_FILE = "/etc/leaderd/leaderd.toml"
 SOCKET_NAME = "leaderd.sock"
-_ELECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_TIMING_KEYS = tuple(f.name for f in fields(Timing))
 # (setting, environment variable); timing settings also come from LEADERD_<NAME>.
 _ENV = {
     "node_id": "LEADERD_NODE_ID",
@@ -46,7 +42,7 @@ _ENV = {
     "header_timeout": "LEADERD_HEADER_TIMEOUT",
     "keepalive_timeout": "LEADERD_KEEPALIVE_TIMEOUT",
     "label_pod": "LEADERD_LABEL_POD",
-    **{key: f"LEADERD_{key.upper()}" for key in _TIMING_KEYS},
+    **{key: f"LEADERD_{key.upper()}" for key in TIMING_KEYS},
     **ENV_ELIGIBILITY,
     **ENV_HOOKS,
 }
@@ -55,18 +51,6 @@ _ENV = {
 # command (supervisor.py): a leaderd started by a job inherits those.
 _OTHER_ENV = ("LEADERD_CONFIG", "LEADERD_ELECTIONS", "LEADERD_ETCD_PASSWORD",
               "LEADERD_ELECTION", "LEADERD_TERM")  # fmt: skip
-
-
-class ConfigError(ValueError):
-    """Bad configuration; the message is one line naming the setting and the rule."""
-
-
-@dataclass(frozen=True, slots=True)
-class ElectionConfig:
-    name: str
-    timing: Timing
-    # Who may lead: health checks, priority, on_unhealthy (eligibility.py).
-    eligibility: Eligibility = field(default_factory=Eligibility)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +77,6 @@ class Config:
     header_timeout: float = 10.0
     # An idle keep-alive connection (no request in progress) is closed after this long.
     keepalive_timeout: float = 75.0
-    # --on-elected/--on-demoted/--on-stop and their bound (hooks.py).
-    hooks: Hooks = field(default_factory=Hooks)
     # (key, value) of the label the leader's pod carries while it leads (Kubernetes).
     label_pod: tuple[str, str] | None = None
 
@@ -111,7 +93,7 @@ def load(
     given = {k: env[var] for k, var in _ENV.items() if env.get(var, "") != ""}
     given.update({k: v for k, v in flags.items() if v is not None and k in (*_ENV, "check")})
     settings.update(given)
-    elections = _elections(flags, env, toml, settings, given)
+    contested = elections(flags, env, toml, settings, given)
     backend, state_dir = _backend(settings, env)
     return Config(
         node_id=_node_id(settings, env),
@@ -124,15 +106,14 @@ def load(
         log_format=_choice("log_format", settings.get("log_format", "text"), ("text", "json")),
         log_level=_log_level(settings.get("log_level", "info")),
         shutdown_timeout=_seconds("shutdown_timeout", settings.get("shutdown_timeout", 10)),
-        kill_grace=_kill_grace(settings.get("kill_grace"), elections),
+        kill_grace=_kill_grace(settings.get("kill_grace"), contested),
         on_exit=_choice("on_exit", settings.get("on_exit", "release"), ("release", "restart")),
-        elections=elections,
+        elections=contested,
         config_file=path,
         max_connections=_count("max_connections", settings.get("max_connections", 16384)),
         header_timeout=_positive("header_timeout", settings.get("header_timeout", 10.0)),
         keepalive_timeout=_positive("keepalive_timeout", settings.get("keepalive_timeout", 75.0)),
-        hooks=_hooks(settings, elections),
-        label_pod=_label_pod(settings.get("label_pod"), elections),
+        label_pod=_label_pod(settings.get("label_pod"), contested),
     )
 
 
@@ -235,79 +216,11 @@ def default_state_dir(env: Mapping[str, str]) -> Path:
     return Path(home) / "leaderd"
 
 
-def _elections(
-    flags: Mapping[str, Any],
-    env: Mapping[str, str],
-    toml: Mapping[str, Any],
-    settings: Mapping[str, Any],
-    given: Mapping[str, Any],
-) -> tuple[ElectionConfig, ...]:
-    table = toml.get("elections", {})
-    names: list[str] = list(flags.get("elections") or [])
-    if not names and env.get("LEADERD_ELECTIONS"):
-        names = [n.strip() for n in env["LEADERD_ELECTIONS"].split(",") if n.strip()]
-    names = names or list(table) or ["default"]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"election named twice in {names}")
-    base = {**toml.get("defaults", {})}
-    result = []
-    for name in names:
-        if not _ELECTION_NAME.match(name):
-            raise ConfigError(
-                f"election name {name!r} must be 1-128 letters, digits, '.', '_' or '-'"
-            )
-        own = table.get(name, {})
-        # flags and env beat the file, even the file's per-election values
-        layered = {
-            **base,
-            **{k: v for k, v in own.items() if k not in ELECTION_KEYS},
-            **{k: settings[k] for k in _TIMING_KEYS if k in settings},
-        }
-        eligible = _eligible(name, toml, own, given)
-        result.append(ElectionConfig(name, _timing(name, layered), eligible))
-    return tuple(result)
-
-
-def _eligible(
-    name: str, toml: Mapping[str, Any], own: Mapping[str, Any], given: Mapping[str, Any]
-) -> Eligibility:
-    def picked(values: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in values.items() if k in ELECTION_KEYS}
-
-    try:
-        return eligibility(name, picked(toml), picked(own), picked(given))
-    except EligibilityError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def _timing(name: str, raw: Mapping[str, Any]) -> Timing:
-    unknown = sorted(set(raw) - set(_TIMING_KEYS))
-    if unknown:
-        raise ConfigError(f"election {name}: unknown setting {unknown[0]!r}")
-    values = {key: _seconds(key, value) for key, value in raw.items()}
-    timing = Timing(**values)
-    try:
-        timing.validate(name)
-    except TimingError as exc:
-        raise ConfigError(str(exc)) from None
-    return timing
-
-
 def _node_id(settings: Mapping[str, Any], env: Mapping[str, str]) -> str:
     node_id = str(settings.get("node_id") or env.get("HOSTNAME") or socket.gethostname())
     if not params.is_node_id(node_id):
         raise ConfigError(f"node_id {node_id!r} must be {params.NODE_ID_RULE}")
     return node_id
-
-
-def _seconds(key: str, value: Any) -> float:
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{key} must be a number of seconds (got {value!r})") from None
-    if seconds != seconds or seconds < 0 or seconds == float("inf"):
-        raise ConfigError(f"{key} must be a finite number >= 0 (got {value!r})")
-    return seconds
 
 
 def _count(key: str, value: Any) -> int:
@@ -355,13 +268,6 @@ def _choice(key: str, value: Any, allowed: tuple[str, ...]) -> str:
 def _log_level(value: Any) -> str:
     level = str(value).lower()
     return _choice("log_level", level, ("debug", "info", "warning", "error"))
-
-
-def _hooks(settings: dict[str, Any], elections: tuple[ElectionConfig, ...]) -> Hooks:
-    try:
-        return hooks_of(settings, {e.name: e.timing for e in elections})
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 def _kill_grace(value: Any, elections: tuple[ElectionConfig, ...]) -> float:

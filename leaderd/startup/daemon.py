@@ -185,7 +185,8 @@ class Daemon:
             helpers.append(
                 asyncio.create_task(self._watchdog(node, self.notifier.watchdog_interval))
             )
-        helpers += hooks.start(node.elections.values(), self.config.hooks, self.metrics.registry)
+        hooked = [(node.elections[e.name], e.hooks) for e in self.config.elections]
+        helpers += hooks.start(hooked, self.metrics.registry)
         if self.job is not None:
             helpers.append(asyncio.create_task(self._supervise(node, self.job)))
         if self.job is not None and self.job.try_for is not None:

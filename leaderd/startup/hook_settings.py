@@ -1,5 +1,5 @@
 """The transition hooks' settings (supervision/hooks.py), read and checked once at start: a
-bad one is a ValueError whose message names it (config.py makes it a ConfigError)."""
+bad one is a ValueError whose message names it (election_table.py makes it a ConfigError)."""
 
 from __future__ import annotations
 
@@ -10,29 +10,31 @@ from ..election.timing import Timing
 from ..supervision.hooks import Hooks, parse_hooks
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
-# (setting, environment variable)
-ENV = {key: f"LEADERD_{key.upper()}" for key in
-       ("on_elected", "on_demoted", "on_stop", "hook_timeout", "elected_hook_gates")}  # fmt: skip
+HOOK_KEYS = ("on_elected", "on_demoted", "on_stop", "hook_timeout", "elected_hook_gates")
+ENV = {key: f"LEADERD_{key.upper()}" for key in HOOK_KEYS}  # (setting, environment variable)
 
 
-def hooks_of(settings: Mapping[str, Any], timings: Mapping[str, Timing]) -> Hooks:
-    """The hooks, for elections of these timings. The demote hook must be done before the
-    lease can expire: it starts when only its timeout is left, so that timeout must fit
+def hooks_of(name: str, settings: Mapping[str, Any], timing: Timing) -> Hooks:
+    """The hooks of election ``name`` of this timing. The demote hook must be done before
+    the lease can expire: it starts when only its timeout is left, so that timeout must fit
     between two renewals, as kill_grace must (its default, 5s, shrinks alike)."""
-    rooms = {name: t.lease_window - t.renew_interval for name, t in timings.items()}
+    try:
+        return _hooks(settings, timing.lease_window - timing.renew_interval)
+    except ValueError as exc:
+        raise ValueError(f"election {name}: {exc}") from None
+
+
+def _hooks(settings: Mapping[str, Any], room: float) -> Hooks:
     given = settings.get("hook_timeout")
-    timeout = min([5.0] + [round(r * 0.6, 3) for r in rooms.values()])
-    if given is not None:
-        timeout = _positive("hook_timeout", given)
+    timeout = min(5.0, round(room * 0.6, 3)) if given is None else _positive("hook_timeout", given)
     gates = _flag("elected_hook_gates", settings.get("elected_hook_gates", False))
     hooks = parse_hooks(dict(settings), timeout, gates)
-    for name, room in rooms.items() if hooks.on_demoted else ():
-        if not hooks.timeout < room:
-            raise ValueError(
-                f"election {name}: hook_timeout ({hooks.timeout:g}s) must be less than "
-                f"ttl * (1 - clock_drift) - safety_margin - renew_interval ({room:.3g}s), "
-                "or the demote hook runs before every renewal"
-            )
+    if hooks.on_demoted and not hooks.timeout < room:
+        raise ValueError(
+            f"hook_timeout ({hooks.timeout:g}s) must be less than "
+            f"ttl * (1 - clock_drift) - safety_margin - renew_interval ({room:.3g}s), "
+            "or the demote hook runs before every renewal"
+        )
     return hooks
 
 

@@ -26,7 +26,7 @@ def misuse(args: argparse.Namespace, command: list[str], backend: str) -> str | 
     if once_per is not None and not command:
         return "--once-per goes with -- COMMAND"
     if once_per is not None and not supports_jobs(backend):
-        return "--once-per records its runs in a sqlite:// or postgresql:// backend"
+        return "--once-per records its runs in the backend: static:// keeps no record"
     return None
 
 

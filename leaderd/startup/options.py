@@ -84,7 +84,7 @@ def command_options(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--once-per", type=_duration, metavar="PERIOD",
                      help="run COMMAND on the leader at most once per PERIOD (1h, 30m, 86400), "
-                          "recorded in the backend (sqlite:// or postgresql://)")  # fmt: skip
+                          "recorded in the backend (any but static://)")  # fmt: skip
     run.add_argument(
         "--catch-up",
         action="store_true",

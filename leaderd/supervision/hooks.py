@@ -82,13 +82,14 @@ def counter(registry: CollectorRegistry) -> Callable[[str, str, str], None]:
 
 
 def start(
-    elections: Iterable[Election], hooks: Hooks, registry: CollectorRegistry
+    elections: Iterable[tuple[Election, Hooks]], registry: CollectorRegistry
 ) -> list[asyncio.Task[None]]:
-    """A runner for each election's hooks (none without hooks), as tasks of the daemon's."""
-    if not hooks.any:
+    """A runner for each election's own hooks (none without hooks), as tasks of the daemon's."""
+    hooked = [(election, hooks) for election, hooks in elections if hooks.any]
+    if not hooked:
         return []
     counted = counter(registry)
-    runners = [HookRunner(election, hooks, counted) for election in elections]
+    runners = [HookRunner(election, hooks, counted) for election, hooks in hooked]
     return [asyncio.create_task(runner.run()) for runner in runners]
 
 
@@ -210,6 +211,7 @@ class HookRunner:
             log.info("%s (%s): done", line, reason)
         else:
             log.error("%s (%s): %s", line, reason, result)
+            self.election.notes.add(term, f"{hook} hook {result}")  # for the term's history
         return result
 
 

@@ -109,6 +109,9 @@ class OncePer(Supervisor):
 
     async def _when_due(self, term: int) -> JobRecord | None:
         """Wait, while leading with ``term``, until JOB is due: the record read then."""
+        # The point waited for (runs, backend time): read again at that point of the schedule,
+        # due_in would name the next one, a period on, and so on for ever.
+        point = (-1, 0.0)
         while self._leads_with(term):
             record = await self._read()
             if record is None:
@@ -118,8 +121,12 @@ class OncePer(Supervisor):
                 await self._interrupt(record, term)
                 continue
             wait = due_in(record, self.period, self.catch_up)
+            if point[0] == record.runs and record.now >= point[1]:
+                wait = 0.0
             if wait <= 0:
                 return record
+            if point[0] != record.runs:
+                point = (record.runs, record.now + wait)
             status = self._election.status()
             await self._election.wait_for_change(status.revision, min(wait, _REFRESH_MAX))
         return None

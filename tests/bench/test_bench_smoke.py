@@ -26,7 +26,7 @@ TINY = [
     "--leader-connections", "2", "--leader-duration", "0.5", "--leader-rounds", "1",
     "--client-processes", "1",
     "--watchers", "100", "--watch-trials", "1",
-    "--qps-warmup", "0.2", "--qps-window", "1", "--rss-settle", "0.5",
+    "--qps-warmup", "0.2", "--qps-window", "1", "--rss-settle", "0.5", "--startup-runs", "1",
 ]  # fmt: skip
 
 
@@ -53,9 +53,14 @@ def figure(report: dict[str, Any], backend: str, name: str) -> float:
 def test_every_family_runs(tmp_path: Path) -> None:
     # SQLite and the PostgreSQL lease keep it short; the advisory lock differs only by URL
     # (its standbys that lose the race name the new leader only after a round, ~5 s).
-    report = run_bench(tmp_path, "--backends", "sqlite,postgresql", "--only",
+    # etcd's hand-over beside etcdctl's, on one cluster: the ratios of the same run.
+    with_etcd = shutil.which("etcd") is not None and shutil.which("etcdctl") is not None
+    backends = "sqlite,postgresql" + (",etcd" if with_etcd else "")
+    report = run_bench(tmp_path, "--backends", backends, "--only",
                        "handover,failover,leader,watch,rss,qps")  # fmt: skip
     assert not report["failed"]
+    if with_etcd:
+        assert_handover_ratios(report)
     assert not [f for f in report["figures"] if f["family"] == "skip"], "PostgreSQL missing"
     for backend in ("sqlite", "postgresql"):
         assert 0 < figure(report, backend, "graceful handover p99") < 10_000  # ms
@@ -95,21 +100,6 @@ def test_etcd_comparison_runs(tmp_path: Path) -> None:
     assert 5 < figure(report, "etcd", "RSS idle") < 1000  # MB
 
 
-@pytest.mark.skipif(
-    shutil.which("etcd") is None or shutil.which("etcdctl") is None,
-    reason="etcd is not installed: the hand-over ratios need etcdctl's in the same run",
-)
-def test_handover_ratios_to_etcdctl_in_the_same_run(tmp_path: Path) -> None:
-    report = run_bench(tmp_path, "--only", "handover", "--backends", "sqlite,etcd")
-    assert not report["failed"]
-    assert figure(report, "etcdctl (no fsync)", "etcdctl elect graceful handover p99") > 0
-    for backend in ("sqlite", "etcd"):
-        assert 0 < figure(report, backend, "graceful handover p99") < 10_000  # ms
-        assert figure(report, backend, "graceful handover p50 / etcdctl's") > 0
-    sqlite = report["data"]["handover sqlite"]
-    assert sqlite["first"]["n"] == 2 and sqlite["all"]["n"] == 2
-
-
 @pytest.mark.kubernetes
 def test_kubernetes_bench_measures_leaderd_and_client_go(tmp_path: Path) -> None:
     """bench/kubernetes.py: one hand-over and one crash failover of each, same control plane."""
@@ -125,3 +115,12 @@ def test_kubernetes_bench_measures_leaderd_and_client_go(tmp_path: Path) -> None
         for family in ("handover", "failover"):
             first = report[who][family]["first"]
             assert first["n"] == 1 and 0 < first["p50"] < 60, (who, family, first)
+
+
+def assert_handover_ratios(report: dict[str, Any]) -> None:
+    assert figure(report, "etcdctl (no fsync)", "etcdctl elect graceful handover p99") > 0
+    for backend in ("sqlite", "etcd"):
+        assert 0 < figure(report, backend, "graceful handover p99") < 10_000  # ms
+        assert figure(report, backend, "graceful handover p50 / etcdctl's") > 0
+    sqlite = report["data"]["handover sqlite"]
+    assert sqlite["first"]["n"] == 2 and sqlite["all"]["n"] == 2

@@ -267,6 +267,10 @@ def revoke_the_leaders_lease(etcd: EtcdCluster, trio: list[Daemon]) -> tuple[str
     )[0]
     said = f"stepping down from election default, term {before}: etcd deleted the leader key"
     assert term_of(new) > before
+    # Judged once the holder has logged its step-down, whatever told it: on a busy host its
+    # line may come after the new leader's answer.
+    stepped_down = f"stepping down from election default, term {before}:"
+    wait_for(lambda: logged_at(leader, stepped_down), SLACK, what="the holder's step-down")
     return logged_at(leader, said), first_acquisition_after(trio, before)
 
 

@@ -1,6 +1,10 @@
-"""`leaderd run --once-per PERIOD -- JOB` with real daemons on a real SQLite file and the
-suite's real PostgreSQL: the job appends one line per run to a shared file, and a failover in
-mid-period (SIGTERM, SIGKILL) never runs it again within the period."""
+"""`leaderd run --once-per PERIOD -- JOB` with real daemons on every backend that keeps its
+record (a real SQLite file, the suite's real PostgreSQL with the lease table and with the
+advisory lock, etcd cluster and kube-apiserver): the job appends one line per run to a
+shared file, and a failover in mid-period (SIGTERM, SIGKILL) never runs it again within the
+period. Each test waits on runs (the file) and the daemons' answers, not on time: a failover
+starts right after a run, so it is mid-period, and the next run's recorded start must be a
+whole period after it."""
 
 from __future__ import annotations
 
@@ -18,12 +22,21 @@ from typing import Any
 
 import pytest
 
-from tests.support.daemons import Daemon, leaderd_cli, leaders, short_tempdir, wait_for
+from tests.etcd.fixtures import etcd_cluster  # noqa: F401 - the fixture the etcd daemons use
+from tests.kubernetes.conftest import kube  # noqa: F401 - the fixture the kubernetes ones use
+from tests.support.daemons import (
+    Daemon,
+    history,
+    leaderd_cli,
+    leaders,
+    short_tempdir,
+    wait_for,
+)
 from tests.support.pgserver import PgServer
 
 pytestmark = pytest.mark.slow
 
-PERIOD = 4.0
+PERIOD = 2.5
 TTL = 2.0
 # The job writes the start the backend recorded for it (milliseconds), not a stamp of its own:
 # a job's own clock read waits for its interpreter, which a loaded host delays at random.
@@ -37,6 +50,13 @@ fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 os.write(fd, line.encode())
 time.sleep(float(sys.argv[2]))
 """
+BACKENDS = [
+    "sqlite",
+    pytest.param("postgresql", marks=pytest.mark.postgres),
+    pytest.param("postgresql+advisory", marks=pytest.mark.postgres),
+    "etcd",
+    pytest.param("kubernetes", marks=pytest.mark.kubernetes),
+]
 
 
 @dataclass
@@ -56,13 +76,18 @@ class Cluster:
         self.command = [sys.executable, "-c", JOB, self.out, str(job_seconds)]
         self.daemons: list[Daemon] = []
 
-    def start(self, node_id: str, *extra: str) -> Daemon:
-        d = Daemon(node_id, self.backend, workdir=self.workdir, ttl=TTL,
-                   extra_args=("--once-per", f"{self.period:g}s", "--kill-grace", "0.5", *extra),
-                   command=self.command).start()  # fmt: skip
-        d.wait_ready()
-        self.daemons.append(d)
-        return d
+    def start(self, *node_ids: str, extra: tuple[str, ...] = ()) -> list[Daemon]:
+        """Start the daemons together; each ready before this returns."""
+        started = [
+            Daemon(node_id, self.backend, workdir=self.workdir, ttl=TTL,
+                   extra_args=("--once-per", f"{self.period:g}s", "--kill-grace", "0.3", *extra),
+                   command=self.command).start()
+            for node_id in node_ids
+        ]  # fmt: skip
+        for d in started:
+            d.wait_ready()
+        self.daemons += started
+        return started
 
     def runs(self) -> list[Run]:
         try:
@@ -76,24 +101,57 @@ class Cluster:
         found: list[Daemon] = wait_for(lambda: leaders(self.daemons), timeout=15, what="a leader")
         return found[0]
 
-    def until_runs(self, count: int, timeout: float = 3 * PERIOD) -> list[Run]:
+    def until_runs(self, count: int, timeout: float | None = None) -> list[Run]:
         runs: list[Run] = wait_for(lambda: len(self.runs()) >= count and self.runs(),
-                                   timeout=timeout, what=f"{count} runs")  # fmt: skip
+                                   timeout=timeout or 3 * self.period + 3 * TTL,
+                                   what=f"{count} runs")  # fmt: skip
         return runs
 
+    def fresh_run(self) -> Run:
+        """The newest run, once it started less than half a period ago: mid-period now."""
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def backend(request: pytest.FixtureRequest) -> Iterator[str]:
-    workdir = short_tempdir("ld-op-")
-    request.node.workdir = workdir
-    if request.param == "sqlite":
+        def fresh() -> Run | None:
+            runs = self.runs()
+            young = runs and time.time() - runs[-1].at < self.period / 2
+            return runs[-1] if young else None
+
+        run: Run = wait_for(fresh, timeout=4 * self.period, what="a run just started")
+        return run
+
+    def stop(self, d: Daemon, signum: int) -> None:
+        d.signal(signum)
+        if signum == signal.SIGTERM:
+            assert d.wait() == 0
+        else:
+            d.wait()
+        self.daemons.remove(d)
+
+
+def _backend_url(request: pytest.FixtureRequest, workdir: str) -> Iterator[str]:
+    name = request.param
+    if name == "sqlite":
         yield f"sqlite://{workdir}/lease.db"
+    elif name == "etcd":
+        yield str(
+            request.getfixturevalue("etcd_cluster").url(prefix=f"/once-{uuid.uuid4().hex[:8]}/")
+        )
+    elif name == "kubernetes":
+        kubeconfig = request.getfixturevalue("kube").restricted.kubeconfig(f"{workdir}/kubeconfig")
+        yield f"kubernetes:///leaderd-test?lease-prefix=o{uuid.uuid4().hex[:8]}-&kubeconfig={kubeconfig}"
     else:
         pg: PgServer = request.getfixturevalue("pg_server")
         table = f"once_{uuid.uuid4().hex[:8]}"
-        yield pg.dsn(table=table)
-        pg.psql(f"DROP TABLE IF EXISTS {table}, {table}_members, {table}_history, {table}_jobs")
+        yield pg.dsn(scheme=name, table=table)
+        tables = ", ".join(f"{table}{s}" for s in ("", "_members", "_history", "_jobs"))
+        pg.psql(f"DROP TABLE IF EXISTS {tables}")
         pg.psql(f"DROP FUNCTION IF EXISTS {table}_fence(text, bigint)")
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    workdir = short_tempdir("ld-op-")
+    request.node.workdir = workdir
+    yield from _backend_url(request, workdir)
     shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -114,58 +172,84 @@ def test_a_failover_in_mid_period_does_not_run_the_job_again(
     backend: str, nodes: int, request: pytest.FixtureRequest
 ) -> None:
     cluster = Cluster(request.node.workdir, backend)
-    for i in range(nodes):
-        cluster.start(f"node-{chr(ord('a') + i)}")
-    base = len(cluster.until_runs(1))  # the daemons start one by one: a run or more by now
-    first = cluster.until_runs(base + 1)[base]  # a period begins
+    cluster.start(*(f"node-{chr(ord('a') + i)}" for i in range(nodes)))
+    first = cluster.fresh_run()  # a period begins
     old = cluster.leader()
     assert old.node_id == first.node
-    old.signal(signal.SIGTERM)  # a graceful hand-over, just after the run: mid-period
-    assert old.wait() == 0
-    cluster.daemons.remove(old)
+    cluster.stop(old, signal.SIGTERM)  # a graceful hand-over, just after the run: mid-period
     successor = cluster.leader()
-    second = cluster.until_runs(base + 2)[base + 1]
+    # Released, not waited out: the job's writes of the record never cost the release.
+    released = (first.term, old.node_id, "released")
+    wait_for(lambda: released in history(successor, 3), timeout=10, what=f"{released}")
+    second = cluster.until_runs(first.run + 1)[first.run]
     assert second.node == successor.node_id and second.term > first.term
+    last = second
     if nodes == 3:
-        successor.kill()  # a crash in mid-period: the last node takes over after one ttl
-        cluster.daemons.remove(successor)
-        third = cluster.until_runs(base + 3, timeout=3 * PERIOD + TTL)[base + 2]
-        assert third.node == cluster.leader().node_id
-    time.sleep(PERIOD / 2)  # mid-period again: nothing more may run
+        cluster.stop(successor, signal.SIGKILL)  # a crash in mid-period: taken over after a ttl
+        last = cluster.until_runs(first.run + 2)[first.run + 1]
+        assert last.node == cluster.leader().node_id and last.term > second.term
+    # The last run's end is recorded: no other run came meanwhile.
+    wait_for(lambda: last_run(cluster.leader())["status"] == "succeeded", timeout=10,
+             what="the last run recorded succeeded")  # fmt: skip
     runs = cluster.runs()
-    assert len(runs) == base + nodes, runs
+    assert runs[-1] == last, runs
     assert_once_per_period(runs)
-    jobs = cluster.leader().get("/jobs")[1]["jobs"][0]
-    assert (jobs["runs"], jobs["status"], jobs["exit_code"]) == (base + nodes, "succeeded", 0)
+    jobs = last_run(cluster.leader())
+    assert (jobs["runs"], jobs["exit_code"]) == (last.run, 0)
 
 
 def test_a_job_running_when_leadership_is_lost_is_stopped_and_not_run_again(
     backend: str, request: pytest.FixtureRequest
 ) -> None:
-    period = 10.0
-    cluster = Cluster(request.node.workdir, backend, job_seconds=60, period=period)
-    a = cluster.start("node-a")
+    cluster = Cluster(request.node.workdir, backend, job_seconds=60, period=3.0)
+    cluster.start("node-a", "node-b")
+    a = cluster.leader()
+    (b,) = (d for d in cluster.daemons if d is not a)
     first = cluster.until_runs(1)[0]
-    b = cluster.start("node-b")
+    assert first.node == a.node_id
     assert a.post("/resign?cooldown=60")[0] == 200  # the job still runs
-    wait_for(lambda: b.is_leader(), timeout=10, what="node-b to lead")
+    wait_for(lambda: b.is_leader(), timeout=10, what=f"{b.node_id} to lead")
     jobs = wait_for(lambda: last_run(a)["status"] == "stopped" and last_run(a), timeout=10,
                     what="the run recorded stopped")  # fmt: skip
-    assert jobs["runs"] == 1 and jobs["started_by"] == "node-a"
+    assert jobs["runs"] == 1 and jobs["started_by"] == a.node_id
     assert "stopping child" in a.log()
-    # first.at is the recorded start: the backend's clock, this host's wall clock here.
-    time.sleep(max(0.0, first.at + period * 0.6 - time.time()))
-    assert len(cluster.runs()) == 1  # node-b waits for the period to end
-    second = cluster.until_runs(2, timeout=2 * period)[1]
-    assert second.node == "node-b"
-    assert_once_per_period(cluster.runs(), period)
+    second = cluster.until_runs(2)[1]  # the new leader waits for the period to end
+    assert second.node == b.node_id
+    assert_once_per_period(cluster.runs(), cluster.period)
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("catch_up", [True, False], ids=["catch-up", "schedule"])
+def test_after_an_outage_the_job_runs_once_at_once_or_at_the_schedules_next_point(
+    backend: str, catch_up: bool, request: pytest.FixtureRequest
+) -> None:
+    period = 1.5
+    cluster = Cluster(request.node.workdir, backend, period=period)
+    cluster.start("node-a", "node-b", extra=("--catch-up",) if catch_up else ())
+    first = cluster.fresh_run()
+    leader = cluster.leader()
+    (standby,) = (d for d in cluster.daemons if d is not leader)
+    standby.signal(signal.SIGSTOP)  # it cannot take over: an outage with no leader
+    cluster.stop(leader, signal.SIGTERM)
+    # Two periods pass with no start; the schedule's next point would be first.at + 3 periods.
+    time.sleep(max(0.0, first.at + 2.2 * period - time.time()))
+    standby.signal(signal.SIGCONT)
+    caught_up = cluster.until_runs(first.run + 1)[first.run]
+    assert caught_up.node == standby.node_id
+    late = caught_up.at - first.at
+    if catch_up:
+        assert 2 * period < late < 3 * period, late  # at once, not at the schedule's next point
+    else:
+        assert late >= 3 * period - STAMP_JITTER, late
+    cluster.until_runs(first.run + 2)
+    assert_once_per_period(cluster.runs(), period)  # once: the next run is a period later
 
 
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--once-per", "1h", "--backend", "etcd://127.0.0.1:1/", "--", "true"],
-         "--once-per records its runs in a sqlite:// or postgresql:// backend"),
+        (["--once-per", "1h", "--backend", "static://", "--", "true"],
+         "--once-per records its runs in the backend: static:// keeps no record"),
         (["--once-per", "1h"], "--once-per goes with -- COMMAND"),
         (["--catch-up", "--", "true"], "--catch-up goes with --once-per"),
         (["--once-per", "0s", "--", "true"], "is no duration > 0"),

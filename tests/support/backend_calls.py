@@ -34,7 +34,7 @@ def release(
     election: str,
     candidate: Candidate,
     term: int,
-    reason: EndReason = EndReason.RELEASED,
+    reason: EndReason | str = EndReason.RELEASED,
     *,
     reserve_for: str = "",
     ttl: float = 0.0,

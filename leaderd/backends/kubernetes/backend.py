@@ -98,6 +98,7 @@ class KubernetesBackend(Backend):
         self._known: dict[str, Record | None] = {}  # the newest object seen (None: absent)
         self._seen: dict[str, tuple[str, float]] = {}  # resourceVersion, first seen (boottime)
         self._held: dict[str, str] = {}  # the resourceVersion our last answer held
+        self._renewed: dict[str, tuple[str, Any]] = {}  # that version, and its renewTime
         self._answered: dict[str, int] = {}  # watch events heard when last answered
         self._me: dict[str, Candidate] = {}  # who campaigns in each election
 
@@ -200,6 +201,8 @@ class KubernetesBackend(Backend):
         lease = self._answer(ask.election, record, members, heartbeat, ask.candidate)
         if lease.held_by(ask.candidate):
             self._held[ask.election] = record.version if record is not None else ""
+            if record is not None:
+                self._renewed[ask.election] = (record.version, _renew_time(record))
         else:
             self._held.pop(ask.election, None)
         return lease
@@ -279,7 +282,11 @@ class KubernetesBackend(Backend):
                 record = await self._get(election, max(0.001, give_up - boottime()))
             if record is None or not record.mine(candidate) or record.term != term:
                 return
-            if version and record.version != version:
+            if (
+                version
+                and record.version != version
+                and not self._renewed_at(election, version, record)
+            ):
                 if attempt:
                     return  # a renewal moved it: a late release changes nothing
                 continue
@@ -291,6 +298,11 @@ class KubernetesBackend(Backend):
                 continue
             self._held.pop(election, None)
             return
+
+    def _renewed_at(self, election: str, version: str, record: Record) -> bool:
+        """``record`` is still the renewal answered at ``version``: only annotations (a
+        `run --once-per` record, kubernetes/jobs.py) were written since, never renewTime."""
+        return self._renewed.get(election) == (version, _renew_time(record))
 
     async def wait_for_change(self, election: str, timeout: float) -> Grant | None:
         self._watch.start(election, self._name(election))
@@ -355,6 +367,10 @@ class KubernetesBackend(Backend):
             members=members,
             heartbeat=heartbeat,
         )
+
+
+def _renew_time(record: Record) -> Any:
+    return (record.raw.get("spec") or {}).get("renewTime")
 
 
 def _older(version: str, than: str) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import Any, Self
 
 from ..base import BackendUnavailable, Candidate
 from ..jobs import JobRecord, JobStore, RunStatus
@@ -39,11 +39,14 @@ SELECT extract(epoch FROM now())::float8 AS now, j.runs, {_EPOCH.format(c="start
        j.started_by, j.term, {_EPOCH.format(c="ended_at")}, j.status, j.exit_code,
        {_EPOCH.format(c="succeeded_at")}, {_EPOCH.format(c="first_started_at")}
 FROM (SELECT 1) AS one LEFT JOIN {{j}} AS j ON j.election = $1"""
-# $1 election, $2 node id, $3 instance, $4 term, $5 the starts the runner read.
-_START = """
-WITH held AS (
+# $1 election, $2 node id, $3 instance, $4 term: the lease row names the candidate with the
+# term, unexpired; read FOR SHARE, so no takeover's write passes it before this commits.
+HELD = """
     SELECT 1 FROM {t} WHERE election = $1 AND holder = $2 AND instance = $3 AND term = $4
-        AND expires_at > clock_timestamp() FOR SHARE
+        AND expires_at > clock_timestamp() FOR SHARE"""
+# The same, and $5 the starts the runner read.
+_START = """
+WITH held AS ({held}
 )
 INSERT INTO {j} AS j (election, runs, started_at, started_by, term, status, first_started_at)
 SELECT $1, 1, now(), $2, $4, 'running', now() FROM held
@@ -62,18 +65,22 @@ WHERE election = $1 AND runs = $2 AND status = 'running' AND term < $3"""
 
 
 class PostgresJobStore(JobStore):
+    HELD = HELD  # the start's condition: the candidate holds the lease with the term
+    DEFAULT_TABLE = "leaderd_lease"
+
     def __init__(self, settings: PgSettings) -> None:
         self._pg = settings
         names = {"t": settings.qualified_table, "j": f'"{settings.schema}"."{settings.table}_jobs"'}
+        start = _START.replace("{held}", self.HELD)
         self._sql = {k: v.format(**names) for k, v in
-                     {"create": CREATE, "read": _READ, "start": _START, "finish": _FINISH,
+                     {"create": CREATE, "read": _READ, "start": start, "finish": _FINISH,
                       "interrupt": _INTERRUPT}.items()}  # fmt: skip
         self._conn: Any = None
         self._lock = asyncio.Lock()
 
     @classmethod
-    def from_url(cls, url: str) -> PostgresJobStore:
-        return cls(PgSettings.from_url(url, default_table="leaderd_lease"))
+    def from_url(cls, url: str) -> Self:
+        return cls(PgSettings.from_url(url, default_table=cls.DEFAULT_TABLE))
 
     async def open(self) -> None:
         try:
