@@ -123,7 +123,7 @@ class EtcdBackend(EtcdCampaign, Backend):
         """A free key etcd deleted under a holder that may still lead (fence.py): wait out
         its deadline within what the engine lets a request block (``ask.wait``)."""
         if e.state is not None and e.state.holder is None:
-            left = e.fence.left(ask.candidate, ask.ttl)
+            left = e.fenced(ask.candidate, ask.ttl)
             if left > 0:
                 await asyncio.sleep(min(left, ask.wait))
 

@@ -62,7 +62,7 @@ class EtcdElection:
         if holder is not None:
             self.fence.clear()
         elif known is not None and known.holder is not None and revision > known.revision:
-            self.fence.deleted(known.holder, revision, self.clock, self.keys, self.members)
+            self.fence.deleted(known.holder, revision, self.clock, self.keys)
 
     def heard_members(self, answer: Any, me: Candidate | None) -> None:
         """The member keys a transaction's ranges returned."""
@@ -71,6 +71,10 @@ class EtcdElection:
     def heard_offers(self, answer: Any) -> None:
         """The candidate keys a transaction's ranges returned."""
         self.offers.read(self.keys, answer, revision_of(answer))
+
+    def fenced(self, me: Candidate, ttl: float) -> float:
+        """Seconds ``me`` must still wait before taking the free key (fence.py)."""
+        return self.fence.left(me, ttl, self.members)
 
     def saw(self, what: str, kv: dict[str, Any] | None, revision: int) -> None:
         """A watch event on the leader, term or reserved key (kv None: deleted)."""

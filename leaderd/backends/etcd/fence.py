@@ -31,27 +31,16 @@ class Fence:
     revision: int = 0  # the revision that deleted the key; 0: none pending
     holder: tuple[str, str] = ("", "")  # the node id and instance whose key it was
     seen_at: float = -math.inf  # CLOCK_BOOTTIME when this daemon last saw that holder alive
-    ttl: float = 0.0  # the holder's ttl, as its member key says (0: unknown)
     explained: int = 0  # the revision of the last release record seen, in either order
 
-    def deleted(
-        self,
-        holder: Holder,
-        revision: int,
-        clock: MemberClock,
-        keys: Keys,
-        members: tuple[Member, ...],
-    ) -> None:
+    def deleted(self, holder: Holder, revision: int, clock: MemberClock, keys: Keys) -> None:
         """``holder``'s key was deleted at ``revision``: its last sign of life is its member
         key's last change; never seen, the deletion itself (the safe side)."""
-        me = Candidate(holder.node_id, "", holder.instance)
-        age = clock.age(keys.member(me))
-        ttls = [m.ttl for m in members if (m.node_id, m.instance) == (me.node_id, me.instance)]
         if revision == self.explained:
             return
+        age = clock.age(keys.member(Candidate(holder.node_id, "", holder.instance)))
         self.revision, self.holder = revision, (holder.node_id, holder.instance)
         self.seen_at = boottime() - (0.0 if age is None else age)
-        self.ttl = max(ttls, default=0.0)
 
     def released(self, revision: int) -> None:
         """An ``ended`` record put at ``revision``: a deletion at that revision was a release."""
@@ -62,9 +51,11 @@ class Fence:
     def clear(self) -> None:
         self.revision = 0
 
-    def left(self, me: Candidate, ttl: float) -> float:
+    def left(self, me: Candidate, ttl: float, members: tuple[Member, ...]) -> float:
         """Seconds before ``me`` may take the key (0: now); its own old key never waits (its
-        process knows it no longer holds it). ``ttl``, the asker's, stands in for an unknown one."""
+        process knows it no longer holds it). The holder's ttl is its member key's; the
+        asker's ``ttl`` stands in while that is unknown."""
         if not self.revision or self.holder == (me.node_id, me.instance):
             return 0.0
-        return max(0.0, self.seen_at + max(self.ttl, ttl) - boottime())
+        ttls = [m.ttl for m in members if (m.node_id, m.instance) == self.holder]
+        return max(0.0, self.seen_at + max(ttls, default=ttl) - boottime())
