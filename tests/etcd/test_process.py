@@ -237,8 +237,9 @@ def test_a_lease_etcd_revokes_under_the_leader_ends_its_term_at_the_event(
     etcd: EtcdCluster, trio: list[Daemon]
 ) -> None:
     """What a resumed raft leader of etcd may do to a lease that is kept alive
-    (tests/etcd/test_lost.py): the holder says "not leader" at the deletion's watch event,
-    before a standby's transaction can take the key; one leader at a time throughout.
+    (tests/etcd/test_lost.py): the holder says "not leader" at the deletion's watch event, and
+    a standby takes the key only once the holder's deadline has surely passed (about one ttl
+    after the holder's last heartbeat it saw); one leader at a time throughout.
     Three revocations: one that lands while the holder's renewal is in flight (about 1 in
     100) is told by that renewal's answer instead."""
     told = []
@@ -262,7 +263,7 @@ def revoke_the_leaders_lease(etcd: EtcdCluster, trio: list[Daemon]) -> tuple[str
     etcd.post(etcd.members[0], "/v3/kv/lease/revoke", {"ID": int(kv["lease"])})
     new = wait_for(
         lambda: [d for d in leaders(trio) if term_of(d) > before],
-        timeout=LESSOR + RETRY + SLACK,
+        timeout=TTL + LESSOR + RENEW + SLACK,  # a standby waits out the holder's deadline
         what="a leader of a later term",
     )[0]
     said = f"stepping down from election default, term {before}: etcd deleted the leader key"

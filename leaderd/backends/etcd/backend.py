@@ -14,9 +14,10 @@
 * A holder that hears from the watch that its key was deleted (etcd can revoke a lease that
   is being kept alive: docs/etcd.md, "A lease etcd revokes while it is kept alive") or put
   by another steps down at once: ``wait_for_change`` raises LeaseLost.
-* An expired key is gone, so etcd reports the election free and a standby acquires at once.
-  The lessor runs on the etcd leader's monotonic clock, which no wall-clock step moves, and a
-  present key is never taken over: ``takeover`` is not needed (docs/algorithm.md, docs/etcd.md).
+* An expired key is gone, so etcd reports the election free; a standby acquires a key etcd
+  deleted only one ttl after it last saw the holder's heartbeat (fence.py). The lessor
+  runs on the etcd leader's monotonic clock, which no wall-clock step moves, and a present
+  key is never taken over: ``takeover`` is not needed (docs/algorithm.md, docs/etcd.md).
 * Standbys wake on an etcd watch of the prefix (watch.py) and keep an etcd lease created in
   advance (a spare, spare.py), which they offer in a candidate key: a graceful release puts
   the key under the freshest candidate's spare with the next term (grant.py), and that
@@ -30,6 +31,7 @@ them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Sequence
@@ -103,6 +105,7 @@ class EtcdBackend(EtcdCampaign, Backend):
     async def acquire_or_renew(self, ask: Ask) -> Lease:
         # A takeover version is never needed: etcd's lessor ends an unrenewed lease itself.
         e, candidate, lost_term = self._election(ask.election), ask.candidate, ask.lost_term
+        await self._wait_out_fence(e, ask)
         give_up = boottime() + ask.timeout
         heard_at = self._heard_at()
         round_ = Round(candidate, ask.ttl, ask.min_term, give_up, lost_term, True, heard_at)
@@ -115,6 +118,14 @@ class EtcdBackend(EtcdCampaign, Backend):
             return replace(self._answer(e, state, None), cached=True)
         # Every path below wrote this round's heartbeat: the answer names it, and no other.
         return replace(await self._campaign(e, round_, state), heartbeat=kept_in(round_))
+
+    async def _wait_out_fence(self, e: EtcdElection, ask: Ask) -> None:
+        """A free key etcd deleted under a holder that may still lead (fence.py): wait out
+        its deadline within what the engine lets a request block (``ask.wait``)."""
+        if e.state is not None and e.state.holder is None:
+            left = e.fenced(ask.candidate, ask.ttl)
+            if left > 0:
+                await asyncio.sleep(min(left, ask.wait))
 
     async def release(self, release: Release) -> None:
         # ``version`` is not compared: a keepalive does not move the key's mod revision, so

@@ -27,6 +27,10 @@ class EtcdCampaign(EtcdSpares):
             # was freed, or our own, go straight to their transaction or keepalive.
             if state is None or not (fresh or state.holder is None or mine(state, candidate)):
                 state = await self._look(e, ask)
+            if state.holder is None and e.fenced(candidate, ask.ttl) > 0:
+                state = await self._look(e, ask)  # this round's heartbeat; the spare kept
+                if state.holder is None and e.fenced(candidate, ask.ttl) > 0:
+                    return self._answer(e, state, None)  # free, but its holder may still lead
             if state.reserved_against(candidate.node_id):
                 return await self._reserved_answer(e, await self._look(e, ask), ask.left())
             if state.holder is None:

@@ -11,9 +11,21 @@ from typing import Any
 
 from ..base import Candidate, Lease, LeaseLost
 from ..records import Member
+from .fence import Fence
 from .grant import Offers
 from .records import Keys, MemberClock
-from .state import Spare, State, holder_of, mine, named, reservation, revision_of, term_of, when
+from .state import (
+    Holder,
+    Spare,
+    State,
+    holder_of,
+    mine,
+    named,
+    reservation,
+    revision_of,
+    term_of,
+    when,
+)
 
 
 @dataclass(eq=False)
@@ -34,12 +46,23 @@ class EtcdElection:
     # A watch event that woke the engine named another holder since that answer: only
     # the round it wakes skips the read (a cached holder alone may be a lagging event).
     news: bool = False
+    fence: Fence = field(default_factory=Fence)  # a deletion no release explained (fence.py)
 
     def remember(self, state: State) -> State:
         """Keep ``state`` unless what is known is newer; the state read, either way."""
         if self.state is None or state.revision >= self.state.revision:
+            self.holder_went(state.holder, state.revision)
             self.state = state
         return state
+
+    def holder_went(self, holder: Holder | None, revision: int) -> None:
+        """The leader key is as ``holder`` at ``revision``: a deletion of a known holder's
+        key fences it until a release record at that revision explains it (fence.py)."""
+        known = self.state
+        if holder is not None:
+            self.fence.clear()
+        elif known is not None and known.holder is not None and revision > known.revision:
+            self.fence.deleted(known.holder, revision, self.clock, self.keys)
 
     def heard_members(self, answer: Any, me: Candidate | None) -> None:
         """The member keys a transaction's ranges returned."""
@@ -49,6 +72,10 @@ class EtcdElection:
         """The candidate keys a transaction's ranges returned."""
         self.offers.read(self.keys, answer, revision_of(answer))
 
+    def fenced(self, me: Candidate, ttl: float) -> float:
+        """Seconds ``me`` must still wait before taking the free key (fence.py)."""
+        return self.fence.left(me, ttl, self.members)
+
     def saw(self, what: str, kv: dict[str, Any] | None, revision: int) -> None:
         """A watch event on the leader, term or reserved key (kv None: deleted)."""
         known = self.state
@@ -56,6 +83,7 @@ class EtcdElection:
             return
         if what == "leader":
             holder = None if kv is None else holder_of(kv)
+            self.holder_went(holder, revision)
             self.state = replace(known, revision=revision, holder=holder)
         elif what == "reserved":
             self.state = replace(known, revision=revision, reserved=reservation(kv))
@@ -99,8 +127,8 @@ class EtcdElection:
     def check_held(self) -> None:
         """Raise LeaseLost if etcd, as the watch tells it, no longer has our key as our last
         answer saw it: deleted (its lease revoked, or the key removed by hand) or put by
-        another. A successor acquires only after that event's revision: stepping down on it,
-        with no request, comes before any successor's transaction can answer."""
+        another. A successor takes a key etcd deleted only once our deadline has surely
+        passed (fence.py): stepping down here is early, not what keeps one leader."""
         held, state = self.held, self.state
         if held is None or state is None or state.revision <= held:
             return

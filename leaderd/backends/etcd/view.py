@@ -93,6 +93,8 @@ class EtcdView:
             e.offers.event(e.keys, key, kv, revision)
         elif what.startswith("members/") and kv is not None:  # their age too
             self._election(name).clock.saw(key, revision)
+        elif what.startswith("ended/") and kv is not None:  # a release: no fence to wait out
+            self._election(name).fence.released(revision)
         if what not in _WATCHED:
             return None
         self._election(name).saw(what, kv, revision)
