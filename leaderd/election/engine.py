@@ -358,7 +358,8 @@ class Election(ElectionAnswers):
             async with asyncio.timeout(timeout):
                 lease = await self._backend.observe(self.name, *heard)
         except (BackendError, TimeoutError) as exc:
-            log.debug("election %s: reading the lease as it ends failed: %r", self.name, exc)
+            said = "leaving the members" if leave else "reading the lease as it ends"
+            log.info("election %s: %s failed: %s", self.name, said, str(exc) or "timed out")
             return default
         self.state.maybe_held = False
         return (lease.term, lease.version) if lease.held_by(self.candidate) else None

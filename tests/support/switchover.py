@@ -100,6 +100,8 @@ def refuses_a_standby_that_stopped(daemons: Sequence[Daemon], ttl: float) -> Non
     done = resign_to(leader, chosen.node_id)
     assert done.returncode == 1, done
     refused = f"{chosen.node_id} has stopped or is not a member (election default"
+    if "leaving the members failed" in chosen.log():  # a loaded host: its stop is brief
+        refused = f"{chosen.node_id} was last heard"
     assert refused in done.stderr, done.stderr
     assert leader.is_leader()
 
