@@ -103,7 +103,7 @@ class Cluster:
 
     def until_runs(self, count: int, timeout: float | None = None) -> list[Run]:
         runs: list[Run] = wait_for(lambda: len(self.runs()) >= count and self.runs(),
-                                   timeout=timeout or 3 * self.period + 3 * TTL,
+                                   timeout=timeout or 4 * self.period + 5 * TTL,
                                    what=f"{count} runs")  # fmt: skip
         return runs
 

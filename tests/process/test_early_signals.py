@@ -90,7 +90,9 @@ def test_client_commands_stop_on_ctrl_c_as_usual(workdir: str) -> None:
     d = Daemon("watched", "static://", workdir=workdir).start()
     d.wait_ready()
     watcher = Daemon("watcher", "static://", workdir=workdir)
-    watcher.args = [*d.args[:3], "watch", "--socket", d.socket]
+    # As from a terminal: a launcher run in the background (`make test &`) passes Ctrl-C on
+    # ignored, and Python, like every program, leaves an inherited SIG_IGN alone.
+    watcher.args = ["env", "--default-signal=INT", *d.args[:3], "watch", "--socket", d.socket]
     watcher.start()
     time.sleep(0.5)  # any moment: before or after it connected, Ctrl-C ends it
     watcher.signal(signal.SIGINT)
