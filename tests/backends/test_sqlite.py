@@ -355,6 +355,9 @@ async def main(url, node):
                         span[2] = min(span[2], time.monotonic())
                 await backend.release(Release("other", me, lease.term))
         await asyncio.sleep(random.choice([0.0, 0.0, 0.12]) + random.uniform(0, 0.02))  # lapses
+    closing = time.monotonic()  # close() drops the holder lock, as death does: no more leading
+    for span in held:
+        span[2] = min(span[2], closing)
     await backend.close()
     print(json.dumps({"holder": first.holder, "term": first.term, "held": held}))
 asyncio.run(main(*sys.argv[1:]))
