@@ -33,8 +33,8 @@ from typing import Any
 
 import aiohttp
 
-from tests.etcd.cluster import EtcdCluster, Member
-from tests.etcd.cluster import missing as _missing
+from tests.backends.etcd.cluster import EtcdCluster, Member
+from tests.backends.etcd.cluster import missing as _missing
 from tests.support.daemons import REPO, Daemon, short_tempdir
 
 from . import handover

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from tests.etcd.chaos import EtcdChaos
+from tests.backends.etcd.chaos import EtcdChaos
 from tests.support.pgserver import PgServer
 
 from .harness import ALL_FAULTS, BACKENDS, Chaos, Settings
@@ -120,7 +120,7 @@ def chaos_for(s: Settings, pg: PgServer | None) -> Chaos:
     if s.backend == "etcd":
         return EtcdChaos(s)
     if s.backend == "kubernetes":
-        from tests.kubernetes.chaos import KubeChaos
+        from tests.backends.kubernetes.chaos import KubeChaos
 
         return KubeChaos(s)
     return Chaos(s, pg)

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from tests.etcd.fixtures import etcd_cluster  # noqa: F401 - the fixture the etcd daemons use
-from tests.kubernetes.conftest import kube  # noqa: F401 - the fixture the kubernetes ones use
+from tests.backends.etcd.fixtures import etcd_cluster  # noqa: F401 - the fixture the etcd daemons use
+from tests.backends.kubernetes.conftest import kube  # noqa: F401 - the fixture the kubernetes ones use
 from tests.support.daemons import (
     Daemon,
     history,
