@@ -38,9 +38,9 @@ import pytest
 from leaderd.backends import Backend, Candidate, backend_from_url
 from leaderd.backends.base import Capability, LeaseLost
 from leaderd.backends.sqlite.backend import SQLiteBackend
-from tests.backends.etcd.fixtures import etcd_cluster  # noqa: F401 - the fixture the etcd entry uses
-from tests.backends.kubernetes.conftest import kube  # noqa: F401 - the fixture the kubernetes entry uses
+from tests.support.etcd_fixtures import etcd_cluster  # noqa: F401 - the fixture the etcd entry uses
 from tests.support.grants import stand_by_asking, stand_with_a_spare
+from tests.support.kube_fixtures import kube  # noqa: F401 - the fixture the kubernetes entry uses
 
 # The directory of the contract tests the registry parametrizes.
 CONTRACT_TESTS = Path(__file__).parent

@@ -1,4 +1,4 @@
-"""etcd tests: the shared 3-member cluster (tests/backends/etcd/fixtures.py), and backends that a
+"""etcd tests: the shared 3-member cluster (tests/support/etcd_fixtures.py), and backends that a
 test opens and that are closed after it."""
 
 from collections.abc import AsyncIterator
@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from leaderd.backends import Backend
-from tests.backends.etcd.fixtures import etcd, etcd_cluster
+from tests.support.etcd_fixtures import etcd, etcd_cluster
 
 __all__ = ["etcd", "etcd_cluster"]
 

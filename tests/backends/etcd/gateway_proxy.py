@@ -23,7 +23,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from leaderd.clock import boottime
-from tests.chaos.wire import abort as _abort  # an RST, as a rejecting firewall sends
+from tests.support.chaos.wire import abort as _abort  # an RST, as a rejecting firewall sends
 
 WATCH = "/v3/watch"
 PASS, HOLD, REFUSE = "pass", "hold", "refuse"

@@ -7,7 +7,7 @@ Each trial grants a 2 s lease with a key under it, keeps it alive every 0.2 s th
 followers only, pauses the raft leader (SIGSTOP) for ``--pause`` seconds and resumes it,
 then keeps the lease alive 3 s more. A key that is gone although no two good keepalives were
 more than the lease's ttl apart was revoked by etcd under a live client. No leaderd here:
-this measures etcd itself, on a fresh 3-member cluster (tests/backends/etcd/cluster.py).
+this measures etcd itself, on a fresh 3-member cluster (tests/support/etcd_cluster.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import itertools
 import threading
 import time
 
-from tests.backends.etcd.cluster import EtcdCluster, Member
+from tests.support.etcd_cluster import EtcdCluster, Member
 
 LEASE_TTL = 2
 

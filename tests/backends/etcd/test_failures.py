@@ -11,8 +11,8 @@ import uuid
 import pytest
 
 from leaderd.backends import Backend, BackendUnavailable, Candidate, backend_from_url
-from tests.backends.etcd.cluster import EtcdCluster, free_port
 from tests.support.backend_calls import ask, release
+from tests.support.etcd_cluster import EtcdCluster, free_port
 
 A, B = Candidate("node-a"), Candidate("node-b")
 E = "default"

@@ -14,7 +14,7 @@ import pytest
 
 from leaderd.backends import Backend, Candidate, backend_from_url
 from leaderd.backends.asks import Ask, Release
-from tests.backends.etcd.cluster import EtcdCluster
+from tests.support.etcd_cluster import EtcdCluster
 
 A = Candidate("node-a", "10.0.0.1:80")
 B = Candidate("node-b", "10.0.0.2:80")

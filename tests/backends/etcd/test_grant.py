@@ -13,8 +13,8 @@ import uuid
 import pytest
 
 from leaderd.backends import Backend, BackendError, Candidate, backend_from_url
-from tests.backends.etcd.cluster import EtcdCluster
 from tests.support.backend_calls import ask, release
+from tests.support.etcd_cluster import EtcdCluster
 from tests.support.grants import stand_with_a_spare, wait_grant
 
 A = Candidate("node-a", "10.0.0.1:80")

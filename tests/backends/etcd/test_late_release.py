@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from leaderd.backends.etcd.gateway import b64
-from tests.backends.etcd.cluster import EtcdCluster
+from tests.support.etcd_cluster import EtcdCluster
 from tests.support.held_release import RESIGNS, leader_behind_a_proxy, resign_with_the_release_held
 
 pytestmark = pytest.mark.slow

@@ -32,9 +32,9 @@ from typing import Any
 import pytest
 
 from leaderd.clock import boottime
-from tests.backends.etcd.cluster import EtcdCluster
 from tests.backends.etcd.gateway_proxy import PASS, REFUSE, WATCH, GatewayProxy
 from tests.support.daemons import Daemon, short_tempdir, wait_for
+from tests.support.etcd_cluster import EtcdCluster
 
 pytestmark = pytest.mark.slow
 

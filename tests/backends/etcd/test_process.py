@@ -17,9 +17,9 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from tests.backends.etcd.cluster import EtcdCluster, Member
 from tests.support import switchover
 from tests.support.daemons import Daemon, leaders, released_to, short_tempdir, wait_for
+from tests.support.etcd_cluster import EtcdCluster, Member
 from tests.support.referee import Referee
 
 pytestmark = pytest.mark.slow

@@ -17,10 +17,10 @@ import urllib.error
 
 import pytest
 
-from tests.backends.etcd.cluster import EtcdCluster, Member
 from tests.backends.etcd.test_process import RETRY, SLACK, prefix, running, term_of, the_leader
-from tests.chaos.check import Claim
+from tests.support.chaos.check import Claim
 from tests.support.daemons import Daemon, leaders, wait_for
+from tests.support.etcd_cluster import EtcdCluster, Member
 from tests.support.referee import Referee
 
 pytestmark = pytest.mark.slow

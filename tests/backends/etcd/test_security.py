@@ -14,10 +14,10 @@ import pytest
 
 from leaderd.backends import Backend, BackendFatal, Candidate, backend_from_url
 from leaderd.backends.etcd.gateway import PASSWORD_ENV
-from tests.backends.etcd import tls
-from tests.backends.etcd.cluster import EtcdCluster, Tls
+from tests.support import tls
 from tests.support.backend_calls import ask
 from tests.support.daemons import Daemon, short_tempdir
+from tests.support.etcd_cluster import EtcdCluster, Tls
 
 PASSWORD = "s3cr3t-Pa55:word"  # a test fixture, not a secret
 QUOTED = "s3cr3t-Pa55%3Aword"

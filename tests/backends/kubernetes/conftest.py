@@ -1,25 +1,16 @@
-"""Kubernetes tests: one real control plane (tests/backends/kubernetes/cluster.py) for the session.
-
-It fails, never skips, when it cannot be built or started: CI builds it in .ci/install-deps.sh.
-"""
+"""Kubernetes tests: one real control plane for the session (tests/support/kube_fixtures.py),
+the client-go electors a test starts, and a short directory for the daemons' sockets."""
 
 import shutil
 from collections.abc import Iterator
 
 import pytest
 
-from tests.backends.kubernetes.cluster import ControlPlane
-from tests.backends.kubernetes.electors import Elector
 from tests.support.daemons import short_tempdir
+from tests.support.kube_electors import Elector
+from tests.support.kube_fixtures import kube
 
-
-@pytest.fixture(scope="session")
-def kube() -> Iterator[ControlPlane]:
-    control_plane = ControlPlane()
-    try:
-        yield control_plane
-    finally:
-        control_plane.cleanup()
+__all__ = ["kube"]
 
 
 @pytest.fixture

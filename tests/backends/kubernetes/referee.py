@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tests.backends.kubernetes.electors import Elector
-from tests.chaos.check import Claim
+from tests.support.chaos.check import Claim
 from tests.support.daemons import Daemon, wait_for
+from tests.support.kube_electors import Elector
 from tests.support.referee import Referee
 
 

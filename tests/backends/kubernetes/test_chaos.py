@@ -1,5 +1,5 @@
 """A short chaos run on kubernetes://: one deck (every fault kind once, daemon and control
-plane alike: tests/backends/kubernetes/chaos.py) on the session's control plane, zero violations."""
+plane alike: tests/support/chaos/kubernetes.py) on the session's control plane, zero violations."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
-from tests.backends.kubernetes.chaos import KubeChaos
-from tests.backends.kubernetes.cluster import ControlPlane
-from tests.chaos.harness import Settings
 from tests.chaos.test_chaos import CAP, TIMEOUT, assert_every_kind_injected, summary
+from tests.support.chaos.harness import Settings
+from tests.support.chaos.kubernetes import KubeChaos
+from tests.support.kube_cluster import ControlPlane
 
 
 @pytest.mark.chaos

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends.kubernetes.cluster import ControlPlane
-from tests.backends.kubernetes.electors import Elector, holder
+from tests.support.kube_cluster import ControlPlane
+from tests.support.kube_electors import Elector, holder
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.slow]
 

@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from tests.backends.kubernetes.cluster import NAMESPACE, SERVICE_ACCOUNT, ControlPlane
+from tests.support.kube_cluster import NAMESPACE, SERVICE_ACCOUNT, ControlPlane
 
 pytestmark = pytest.mark.kubernetes
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends.kubernetes.cluster import NAMESPACE, ControlPlane
 from tests.backends.kubernetes.referee import MixedReferee
 from tests.support.daemons import Daemon, wait_for
+from tests.support.kube_cluster import NAMESPACE, ControlPlane
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.slow, pytest.mark.timeout(120)]
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends.kubernetes.cluster import NAMESPACE, SERVICE_ACCOUNT, ControlPlane, role_binding
 from tests.backends.kubernetes.referee import MixedReferee
 from tests.support.daemons import Daemon, leaders, wait_for
+from tests.support.kube_cluster import NAMESPACE, SERVICE_ACCOUNT, ControlPlane, role_binding
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.slow, pytest.mark.timeout(240)]
 

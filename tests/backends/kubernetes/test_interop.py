@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends.kubernetes.cluster import ControlPlane
-from tests.backends.kubernetes.electors import LEASES, Elector
 from tests.backends.kubernetes.referee import MixedReferee
 from tests.support.daemons import Daemon, leaders, wait_for
+from tests.support.kube_cluster import ControlPlane
+from tests.support.kube_electors import LEASES, Elector
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.slow, pytest.mark.timeout(240)]
 

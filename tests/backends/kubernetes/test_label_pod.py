@@ -14,10 +14,10 @@ import pytest
 
 from leaderd.backends.kubernetes.config import KubeSettings
 from leaderd.backends.kubernetes.pod_label import PodLabel
-from tests.backends.kubernetes.cluster import NAMESPACE, SERVICE_ACCOUNT, ControlPlane
-from tests.backends.kubernetes.electors import LEASES
 from tests.backends.kubernetes.referee import MixedReferee
 from tests.support.daemons import Daemon, leaders, wait_for
+from tests.support.kube_cluster import NAMESPACE, SERVICE_ACCOUNT, ControlPlane
+from tests.support.kube_electors import LEASES
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -10,9 +10,9 @@ import pytest
 
 from leaderd.backends import backend_from_url
 from leaderd.backends.base import Candidate, LeaseLost
-from tests.backends.kubernetes.cluster import NAMESPACE, ControlPlane
-from tests.backends.kubernetes.electors import LEASES
 from tests.support.backend_calls import ask
+from tests.support.kube_cluster import NAMESPACE, ControlPlane
+from tests.support.kube_electors import LEASES
 
 pytestmark = pytest.mark.kubernetes
 

@@ -14,8 +14,8 @@ from leaderd.backends.kubernetes.backend import KubernetesBackend
 from leaderd.backends.kubernetes.config import KubeSettings
 from leaderd.backends.kubernetes.labels import parse_label
 from leaderd.startup.config import ConfigError, load
-from tests.backends.kubernetes.cluster import NAMESPACE, ControlPlane
 from tests.support.backend_calls import ask
+from tests.support.kube_cluster import NAMESPACE, ControlPlane
 
 
 def kubeconfig(path: Path, user: dict[str, str], namespace: str = "") -> str:

@@ -2,7 +2,7 @@
 
 A cluster's ``containment`` says what the host allows, as leaderd will find it: "pidns"
 (this one, as it is), "cgroup" (no PID namespace, a delegated cgroup for each daemon) or
-"session" (neither); tests/supervisor/confine.py makes the last two.
+"session" (neither); tests/support/supervision/confine.py makes the last two.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from tests.supervisor.confine import delegated_cgroup, remove_cgroup
-from tests.supervisor.records import GRACE, TTL, Event, alive, events, job_command, workers
 from tests.support.daemons import Daemon, wait_for
+from tests.support.supervision.confine import delegated_cgroup, remove_cgroup
+from tests.support.supervision.records import GRACE, TTL, Event, alive, events, job_command, workers
 
 CONFINE = str(Path(__file__).with_name("confine.py"))
 # What leaderd says at startup about each containment (leaderd/supervision/child.py).

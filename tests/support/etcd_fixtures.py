@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.backends.etcd.cluster import EtcdCluster
+from tests.support.etcd_cluster import EtcdCluster
 
 _shared: list[EtcdCluster] = []
 _users = [0]

@@ -1,7 +1,7 @@
 """A throwaway Kubernetes control plane for tests: the real kube-apiserver on one etcd.
 
 ``ControlPlane()`` builds (or finds cached) kube-apiserver and the client-go elector with
-tests/backends/kubernetes/build.sh, starts a one-member etcd (tests/backends/etcd/cluster.py) and
+tests/backends/kubernetes/build.sh, starts a one-member etcd (tests/support/etcd_cluster.py) and
 the API server on free 127.0.0.1 ports in a temporary directory, with a CA and a serving certificate
 for 127.0.0.1, a service-account signing key, and a static token for an administrator in
 system:masters. Once /readyz answers, the administrator creates the namespace NAMESPACE, the
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.backends.etcd.cluster import EtcdCluster, free_port
-from tests.backends.etcd.tls import new_ca, new_key, new_signed, public_key
+from tests.support.etcd_cluster import EtcdCluster, free_port
+from tests.support.tls import new_ca, new_key, new_signed, public_key
 
-BUILD = Path(__file__).resolve().parent / "build.sh"
+BUILD = Path(__file__).resolve().parents[1] / "backends" / "kubernetes" / "build.sh"
 NAMESPACE = "leaderd-test"
 SERVICE_ACCOUNT = "leaderd"
 ROLE_RULES = [

@@ -1,5 +1,5 @@
 """Per-request faults of the chaos harness, on every network backend: the daemon's fault
-proxies (tests/chaos/proxy.py) act on one kind of request (etcd: by the gateway's path;
+proxies (tests/support/chaos/proxy.py) act on one kind of request (etcd: by the gateway's path;
 PostgreSQL: by statement) while the rest of its traffic flows.
 
 * ``request_delay``: every request (or delivery) of one kind waits 0.05 s-2 renew_interval,

@@ -1,6 +1,6 @@
-"""The chaos harness (tests/chaos/harness.py) on kubernetes://: the daemon faults of every
+"""The chaos harness (tests/support/chaos/harness.py) on kubernetes://: the daemon faults of every
 backend, and faults of the control plane under the daemons (one real kube-apiserver on one
-etcd, tests/backends/kubernetes/cluster.py). Every control-plane fault holds the cluster back
+etcd, tests/support/kube_cluster.py). Every control-plane fault holds the cluster back
 while it lasts, so a leader is owed from its heal.
 
 | fault | what happens |
@@ -19,9 +19,9 @@ import signal
 import time
 import uuid
 
-from tests.backends.kubernetes.cluster import NAMESPACE, SERVICE_ACCOUNT, ControlPlane, role_binding
-from tests.chaos.harness import Chaos, Fault, Node, Settings
+from tests.support.chaos.harness import Chaos, Fault, Node, Settings
 from tests.support.daemons import short_tempdir
+from tests.support.kube_cluster import NAMESPACE, SERVICE_ACCOUNT, ControlPlane, role_binding
 
 BINDING = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/rolebindings"
 

@@ -1,4 +1,4 @@
-"""The chaos harness (tests/chaos/harness.py) on a 3-member etcd cluster: the daemon faults
+"""The chaos harness (tests/support/chaos/harness.py) on a 3-member etcd cluster: the daemon faults
 of every backend, and faults of the etcd members themselves.
 
 Daemon ``node-i`` lists the members starting with member ``i mod 3``, so each member is the
@@ -22,10 +22,10 @@ import math
 import os
 import time
 
-from tests.backends.etcd.cluster import EtcdCluster, Member
-from tests.chaos.harness import Chaos, Fault, Node, Settings
-from tests.chaos.proxy import FaultProxy, RuleBook
+from tests.support.chaos.harness import Chaos, Fault, Node, Settings
+from tests.support.chaos.proxy import FaultProxy, RuleBook
 from tests.support.daemons import short_tempdir
+from tests.support.etcd_cluster import EtcdCluster, Member
 
 # etcd's lessor looks for expired leases every 500 ms.
 LESSOR = 0.5

@@ -14,8 +14,8 @@ Faults are real network behaviour on real sockets:
   proxy then blackholes, so the client hears of nothing that followed.
 
 Per-request faults: with a protocol (``"http"`` for etcd's JSON gateway,
-``tests/chaos/http_requests.py``; ``"pg"`` for PostgreSQL's wire protocol,
-``tests/chaos/pg_messages.py``) each direction is cut into whole requests and answers named
+``tests/support/chaos/http_requests.py``; ``"pg"`` for PostgreSQL's wire protocol,
+``tests/support/chaos/pg_messages.py``) each direction is cut into whole requests and answers named
 by kind (``"txn"``, ``"keepalive"``, ``"acquire"``, ``"notify"`` ...), and the rules of a
 ``RuleBook`` act on one kind: delay or stall it, drop a request before the server sees it,
 lose the answer of one the server applied, or deliver one late. One book may serve all the

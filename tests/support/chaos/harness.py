@@ -46,7 +46,7 @@ from .sqlite_faults import SQLITE_FAULTS, STALL_FLAG, SqliteFaults, build_fsync_
 
 BACKENDS = ("sqlite", "postgresql", "advisory", "etcd", "kubernetes")
 PROCESS_FAULTS = ("sigkill", "sigstop", "sigterm")
-# Faults of the members of a 3-member etcd cluster (tests/backends/etcd/chaos.py injects them).
+# Faults of the members of a 3-member etcd cluster (tests/support/chaos/etcd.py injects them).
 ETCD_FAULTS = ("etcd_kill", "etcd_leader_kill", "etcd_stop", "etcd_quorum_loss")
 FAULTS = {
     "sqlite": (*PROCESS_FAULTS, "db_lock", "duplicate_node_id", "file_replaced", *SQLITE_FAULTS),
@@ -58,7 +58,7 @@ FAULTS = {
     "etcd": (*PROCESS_FAULTS, *ETCD_FAULTS, *REQUEST_FAULTS, "partition"),
 }
 FAULTS["advisory"] = FAULTS["postgresql"]
-# Faults of the control plane under kubernetes:// (tests/backends/kubernetes/chaos.py injects them).
+# Faults of the control plane under kubernetes:// (tests/support/chaos/kubernetes.py injects them).
 KUBE_FAULTS = ("apiserver_kill", "apiserver_stop", "apiserver_etcd_stop", "rbac_revoke")
 FAULTS["kubernetes"] = (*PROCESS_FAULTS, *KUBE_FAULTS)
 # Only with Settings.supervise: every daemon runs tests/chaos/command.py under its keeper.

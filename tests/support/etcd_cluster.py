@@ -71,7 +71,7 @@ class Member:
 @dataclass
 class Tls:
     """TLS on every member's client URL, client certificates required: PEM paths
-    (tests/backends/etcd/tls.py makes them)."""
+    (tests/support/tls.py makes them)."""
 
     cert: str
     key: str

@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.backends.kubernetes.cluster import NAMESPACE, ControlPlane
+from tests.support.kube_cluster import NAMESPACE, ControlPlane
 
 LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
 
