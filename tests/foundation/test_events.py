@@ -13,7 +13,7 @@ import pytest
 from leaderd.events import FIELDS, Event, extra
 from leaderd.startup import logs
 
-LEADERD = Path(__file__).resolve().parents[1] / "leaderd"
+LEADERD = Path(__file__).resolve().parents[2] / "leaderd"
 
 
 def record(event: Event) -> logging.LogRecord:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from leaderd.startup.config import ConfigError, load
-from tests.test_config import no_system_config, toml
+from tests.startup.test_config import no_system_config, toml
 
 pytestmark = pytest.mark.usefixtures(no_system_config.__name__)
 

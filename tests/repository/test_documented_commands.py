@@ -9,7 +9,7 @@ from pathlib import Path
 
 from leaderd.startup import cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"),
                     *(ROOT / "examples").rglob("*.md"),
                     *(ROOT / "examples").rglob("*.sh")])  # fmt: skip
