@@ -40,6 +40,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # that need no server.
 FAST_PATHS = ("engine/", "api/", "startup/test_config.py", "startup/test_config_fuzz.py")
 FAST_PATHS += ("repository/test_structure", "repository/test_host_isolation.py")
+FAST_PATHS += ("repository/test_cited_paths.py",)
 FAST_CONTRACT = ("backends/test_contract.py", "backends/test_contract_records.py")
 FAST_BACKENDS = ("sqlite", "static", "static-with-term-file")
 
