@@ -71,6 +71,12 @@ class Watchers:
             _offer(queue, status)
         self.announce(status)
 
+    def end_waits(self) -> None:
+        """Resolve every long poll's wait as its timer would: it answers the current status."""
+        waiting, self._waiting = self._waiting, {}
+        for woken in waiting:
+            _time_up(woken)
+
     def announce(self, status: ElectionStatus) -> None:
         """Call the listeners with the status, with no new revision (readiness moved)."""
         for listener in self._listeners:
