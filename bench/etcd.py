@@ -33,9 +33,9 @@ from typing import Any
 
 import aiohttp
 
-from tests.etcd.cluster import EtcdCluster, Member
-from tests.etcd.cluster import missing as _missing
 from tests.support.daemons import REPO, Daemon, short_tempdir
+from tests.support.etcd_cluster import EtcdCluster, Member
+from tests.support.etcd_cluster import missing as _missing
 
 from . import handover
 from .common import (

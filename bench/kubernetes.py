@@ -1,5 +1,5 @@
 """leaderd on kubernetes:// next to client-go's own elector, in one run on one real control
-plane (tests/kubernetes/cluster.py): graceful hand-over (SIGTERM the leader) and crash
+plane (tests/support/kube_cluster.py): graceful hand-over (SIGTERM the leader) and crash
 failover (SIGKILL it), three candidates each.
 
     python -m bench.kubernetes --handovers 20 --failovers 8
@@ -25,8 +25,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.kubernetes.cluster import NAMESPACE, ControlPlane
-from tests.kubernetes.electors import Elector
+from tests.support.kube_cluster import NAMESPACE, ControlPlane
+from tests.support.kube_electors import Elector
 
 from .common import DEFAULT_TIMING, SHORT_TIMING, ms, summary
 from .handover import measure

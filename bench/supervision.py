@@ -1,7 +1,7 @@
 """python -m bench.supervision [--samples N]: how fast `run -- COMMAND`'s containment acts.
 
 For each containment this host can give (docs/run.md, "Containment"), with the process
-tests' job (tests/supervisor/job.py) and a worker of it that left its session:
+tests' job (tests/support/supervision/job.py) and a worker of it that left its session:
 
 - start: from spawning a keeper to its report that the command runs (keeper alone);
 - keeper SIGKILL: from SIGKILL to the keeper of a leading daemon (static backend) to the
@@ -26,10 +26,10 @@ from collections.abc import Callable
 
 from leaderd.supervision.containment_probe import keeper_argv
 from leaderd.supervision.keeper_protocol import Lines
-from tests.supervisor.cluster import Cluster
-from tests.supervisor.confine import cgroup_root
-from tests.supervisor.records import alive, events, keeper_of, kill_leftovers, workers
 from tests.support.daemons import short_tempdir, wait_for
+from tests.support.supervision.cluster import Cluster
+from tests.support.supervision.confine import cgroup_root
+from tests.support.supervision.records import alive, events, keeper_of, kill_leftovers, workers
 
 MODES = ("pidns", "cgroup", "session")
 

@@ -1,4 +1,4 @@
-"""The clocks leaderd reads: the only module that reads one (tests/test_clock_rule.py).
+"""The clocks leaderd reads: the only module that reads one (tests/repository/test_clock_rule.py).
 
 Every time that feeds a leadership decision (deadlines, lease, spare and member ages,
 back-offs that gate a claim) is judged on CLOCK_BOOTTIME: like CLOCK_MONOTONIC it never

@@ -2,9 +2,9 @@
 
 Each decision is one log line (or journal entry) whose ``event`` field names it and whose
 other fields are listed here; JSON logs and the journal carry every one of them
-(tests/test_events.py formats each event and checks nothing is lost). Build the ``extra=``
-of a log call with ``extra(Event.X, field=value, ...)``: a field not declared for the
-event is a programming error.
+(tests/foundation/test_events.py formats each event and checks nothing is lost). Build the
+``extra=`` of a log call with ``extra(Event.X, field=value, ...)``: a field not declared for
+the event is a programming error.
 """
 
 from __future__ import annotations

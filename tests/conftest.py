@@ -38,8 +38,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # The fast lane (`make test-fast`, and first in `make test`): the rules, in about three
 # minutes. Whole directories and files under tests/, and the contract suite on the backends
 # that need no server.
-FAST_PATHS = ("engine/", "api/", "test_config.py", "test_config_fuzz.py", "test_structure")
-FAST_PATHS += ("test_host_isolation.py",)
+FAST_PATHS = ("engine/", "api/", "startup/test_config.py", "startup/test_config_fuzz.py")
+FAST_PATHS += ("repository/test_structure", "repository/test_host_isolation.py")
+FAST_PATHS += ("repository/test_cited_paths.py",)
 FAST_CONTRACT = ("backends/test_contract.py", "backends/test_contract_records.py")
 FAST_BACKENDS = ("sqlite", "static", "static-with-term-file")
 

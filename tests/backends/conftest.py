@@ -38,10 +38,12 @@ import pytest
 from leaderd.backends import Backend, Candidate, backend_from_url
 from leaderd.backends.base import Capability, LeaseLost
 from leaderd.backends.sqlite.backend import SQLiteBackend
-from tests.etcd.fixtures import etcd_cluster  # noqa: F401 - the fixture the etcd entry uses
-from tests.kubernetes.conftest import kube  # noqa: F401 - the fixture the kubernetes entry uses
+from tests.support.etcd_fixtures import etcd_cluster  # noqa: F401 - the fixture the etcd entry uses
 from tests.support.grants import stand_by_asking, stand_with_a_spare
+from tests.support.kube_fixtures import kube  # noqa: F401 - the fixture the kubernetes entry uses
 
+# The directory of the contract tests the registry parametrizes.
+CONTRACT_TESTS = Path(__file__).parent
 # Elections every instance opens; tests use these names.
 ELECTIONS = ("default", "other")
 # The ttl of a lease a test wants to see lapse; long enough to outlive a slow request.
@@ -248,7 +250,9 @@ async def _kubernetes(request: pytest.FixtureRequest) -> str:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # Parametrized at collection time, so entries registered anywhere before are included.
-    if "store" in metafunc.fixturenames:
+    # Only the cross-backend tests of this directory: a backend's own package below (etcd/,
+    # postgres/, ...) tests that backend alone, and may have a `store` of its own.
+    if "store" in metafunc.fixturenames and metafunc.definition.path.parent == CONTRACT_TESTS:
         params = [pytest.param(name, marks=e.marks, id=name) for name, e in BACKENDS.items()]
         metafunc.parametrize("store", params, indirect=True)
 

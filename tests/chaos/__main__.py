@@ -12,10 +12,10 @@ from typing import Any
 
 import orjson
 
-from tests.etcd.chaos import EtcdChaos
+from tests.support.chaos.etcd import EtcdChaos
+from tests.support.chaos.harness import ALL_FAULTS, BACKENDS, Chaos, Settings
 from tests.support.pgserver import PgServer
 
-from .harness import ALL_FAULTS, BACKENDS, Chaos, Settings
 from .report import table, violations_text
 
 
@@ -120,7 +120,7 @@ def chaos_for(s: Settings, pg: PgServer | None) -> Chaos:
     if s.backend == "etcd":
         return EtcdChaos(s)
     if s.backend == "kubernetes":
-        from tests.kubernetes.chaos import KubeChaos
+        from tests.support.chaos.kubernetes import KubeChaos
 
         return KubeChaos(s)
     return Chaos(s, pg)

@@ -4,7 +4,7 @@ It forks a worker that leaves its session and ignores SIGTERM, as a daemonizing 
 does, and both append a heartbeat to the shared file BEATS every 20 ms until they are
 killed: "beat NODE TERM INSTANCE MONOTONIC", INSTANCE naming this start of the command (the
 worker beats under its command's). A command and all it started live from its first beat
-to its last, so tests/chaos/check.py's check_commands() proves two alive at once.
+to its last, so tests/support/chaos/check.py's check_commands() proves two alive at once.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ import asyncio
 
 import pytest
 
-from tests.chaos.harness import FAULTS, Chaos, Result, Settings
-from tests.etcd.chaos import EtcdChaos
+from tests.support.chaos.etcd import EtcdChaos
+from tests.support.chaos.harness import FAULTS, Chaos, Result, Settings
 from tests.support.pgserver import PgServer
 
 # A deck ends well before this; a run that reaches it has missed a kind, and fails.
@@ -67,7 +67,8 @@ def test_advisory_survives_chaos() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(TIMEOUT)
 def test_etcd_survives_chaos() -> None:
-    # Three daemons on a 3-member etcd cluster of its own; member faults as well (tests/etcd).
+    # Three daemons on a 3-member etcd cluster of its own; member faults as well
+    # (tests/backends/etcd).
     result = asyncio.run(EtcdChaos(Settings(backend="etcd", nodes=3, duration=CAP, decks=1)).run())
     assert_every_kind_injected(result)
     assert result.violations.total == 0, summary(result)

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.chaos.check import (
+from tests.support.chaos.check import (
     Claim,
     Fault,
     Span,
@@ -20,7 +20,7 @@ from tests.chaos.check import (
     failover_stats,
     spans,
 )
-from tests.chaos.harness import processes_naming
+from tests.support.chaos.harness import processes_naming
 
 
 def kinds(claims: list[Claim]) -> dict[str, int]:

@@ -14,12 +14,12 @@ import aiohttp
 import asyncpg
 import pytest
 
-from tests.chaos.http_requests import HttpRequests
-from tests.chaos.pg_messages import PgAnswers, PgRequests
-from tests.chaos.proxy import DELAY, DROP, LATE, LOSE_ANSWER, FaultProxy, Rule
-from tests.chaos.wire import Link
-from tests.etcd.cluster import EtcdCluster
-from tests.etcd.fixtures import etcd, etcd_cluster  # noqa: F401 (fixtures)
+from tests.support.chaos.http_requests import HttpRequests
+from tests.support.chaos.pg_messages import PgAnswers, PgRequests
+from tests.support.chaos.proxy import DELAY, DROP, LATE, LOSE_ANSWER, FaultProxy, Rule
+from tests.support.chaos.wire import Link
+from tests.support.etcd_cluster import EtcdCluster
+from tests.support.etcd_fixtures import etcd, etcd_cluster  # noqa: F401 (fixtures)
 from tests.support.pgserver import PgServer
 
 

@@ -66,7 +66,7 @@ def run(
 
 # The build context's top-level files (with the package, leaderd/): what .dockerignore lets in.
 CONTEXT_FILES = ("pyproject.toml", "README.md", "LICENSE", *IMAGE_LOCKS)
-# Builds kept between runs, keyed by what went into them (as tests/kubernetes/build.sh does).
+# Builds kept between runs, keyed by their inputs (as tests/backends/kubernetes/build.sh does).
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "leaderd-tests"
 
 

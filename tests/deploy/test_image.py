@@ -51,7 +51,7 @@ ULIMITS = ["--ulimit", "nofile=16384:16384", "--ulimit", "nproc=4096:4096"]
 BASE = "localhost/leaderd-base:bookworm"
 # Tagged by what it is built from (tests/deploy/_tools.py, context_digest): an image already in
 # the store for this Dockerfile, build context and base is used as it is, as the kube-apiserver
-# build is (tests/kubernetes/build.sh); any change to them builds a new one.
+# build is (tests/backends/kubernetes/build.sh); any change to them builds a new one.
 IMAGE_REPO = "localhost/leaderd"
 CA_BUNDLE = Path("/etc/ssl/certs")  # the host's trust store, for pip behind a TLS proxy
 

@@ -1,6 +1,6 @@
 """Each fencing example in examples/fencing/ writes while its daemon leads and is refused
 once another node does, run as its users would run it (docs/fencing.md). etcd's example
-runs in tests/etcd/test_fence.py, on the suite's etcd cluster."""
+runs in tests/backends/etcd/test_fence.py, on the suite's etcd cluster."""
 
 from __future__ import annotations
 

@@ -22,8 +22,6 @@ from typing import Any
 
 import pytest
 
-from tests.etcd.fixtures import etcd_cluster  # noqa: F401 - the fixture the etcd daemons use
-from tests.kubernetes.conftest import kube  # noqa: F401 - the fixture the kubernetes ones use
 from tests.support.daemons import (
     Daemon,
     history,
@@ -32,6 +30,8 @@ from tests.support.daemons import (
     short_tempdir,
     wait_for,
 )
+from tests.support.etcd_fixtures import etcd_cluster  # noqa: F401 - the fixture the etcd daemons use
+from tests.support.kube_fixtures import kube  # noqa: F401 - the fixture the kubernetes ones use
 from tests.support.pgserver import PgServer
 
 pytestmark = pytest.mark.slow

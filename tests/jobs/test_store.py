@@ -18,8 +18,8 @@ from leaderd.backends import Backend, Candidate, backend_from_url
 from leaderd.backends.asks import Ask, Release
 from leaderd.backends.base import LeaseLost
 from leaderd.backends.jobs import JobStore, RunStatus, job_store_from_url
-from tests.etcd.fixtures import etcd_cluster  # noqa: F401 - the fixture the etcd store uses
-from tests.kubernetes.conftest import kube  # noqa: F401 - the fixture the kubernetes one uses
+from tests.support.etcd_fixtures import etcd_cluster  # noqa: F401 - the fixture the etcd store uses
+from tests.support.kube_fixtures import kube  # noqa: F401 - the fixture the kubernetes one uses
 from tests.support.pgserver import PgServer
 
 E = "default"

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.etcd.fixtures import etcd_cluster  # noqa: F401 - the etcd URL's fixture
 from tests.process.test_members import url  # noqa: F401 - every backend's URL
 from tests.support.daemons import Daemon, history, leaderd_cli, leaders, metric, wait_for
+from tests.support.etcd_fixtures import etcd_cluster  # noqa: F401 - the etcd URL's fixture
 from tests.support.pg_fixtures import pg_server  # noqa: F401 - the PostgreSQL URLs' fixture
 from tests.support.referee import Referee
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.etcd.fixtures import etcd_cluster  # noqa: F401 - the etcd URL's fixture
 from tests.support.daemons import REPO, Daemon, leaders, short_tempdir, wait_for
+from tests.support.etcd_fixtures import etcd_cluster  # noqa: F401 - the etcd URL's fixture
 from tests.support.pg_fixtures import pg_server  # noqa: F401 - the PostgreSQL URLs' fixture
 
 pytestmark = pytest.mark.slow

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from tests.etcd.fixtures import etcd_cluster  # noqa: F401 - the etcd URL's fixture
 from tests.process.test_switchover_any_node import granting  # noqa: F401 - backends that grant
 from tests.support.daemons import Daemon, leaders, wait_for
+from tests.support.etcd_fixtures import etcd_cluster  # noqa: F401 - the etcd URL's fixture
 from tests.support.pg_fixtures import pg_server  # noqa: F401 - the PostgreSQL URLs' fixture
 from tests.support.referee import Referee
 

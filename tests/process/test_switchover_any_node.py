@@ -17,9 +17,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.etcd.fixtures import etcd_cluster  # noqa: F401 - the etcd URL's fixture
 from tests.process.test_members import MARKS, URLS
 from tests.support.daemons import Daemon, curl, leaderd_cli, leaders, short_tempdir, wait_for
+from tests.support.etcd_fixtures import etcd_cluster  # noqa: F401 - the etcd URL's fixture
 from tests.support.pg_fixtures import pg_server  # noqa: F401 - the PostgreSQL URLs' fixture
 from tests.support.referee import Referee
 

@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.supervisor.cluster import Cluster
-from tests.supervisor.confine import cgroup_root
-from tests.supervisor.records import kill_leftovers
 from tests.support.daemons import short_tempdir
+from tests.support.supervision.cluster import Cluster
+from tests.support.supervision.confine import cgroup_root
+from tests.support.supervision.records import kill_leftovers
 
 
 @pytest.fixture

@@ -19,8 +19,9 @@ import time
 
 import pytest
 
-from tests.supervisor.cluster import Cluster, wait_dead
-from tests.supervisor.records import (
+from tests.support.daemons import wait_for
+from tests.support.supervision.cluster import Cluster, wait_dead
+from tests.support.supervision.records import (
     LEASE_WINDOW,
     alive,
     check_one_job_at_a_time,
@@ -29,7 +30,6 @@ from tests.supervisor.records import (
     keeper_of,
     tree,
 )
-from tests.support.daemons import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -22,10 +22,10 @@ from leaderd.supervision.containment_probe import keeper_argv
 from leaderd.supervision.guard import kill_at, term_at
 from leaderd.supervision.keeper import switch_at
 from leaderd.supervision.keeper_protocol import DEADLINE, SIGNAL, STOP, Lines, encode
-from tests.supervisor.cluster import CONFINE
-from tests.supervisor.confine import cgroup_root, delegated_cgroup, remove_cgroup
-from tests.supervisor.records import alive, children, kill_leftovers
 from tests.support.daemons import short_tempdir, wait_for
+from tests.support.supervision.cluster import CONFINE
+from tests.support.supervision.confine import cgroup_root, delegated_cgroup, remove_cgroup
+from tests.support.supervision.records import alive, children, kill_leftovers
 
 # A command that records its host pid and its workers', ignores SIGTERM if told to, and
 # starts a worker that leaves its session (as daemonizing programs do) and ignores SIGTERM.

@@ -17,15 +17,15 @@ import signal
 
 import pytest
 
-from tests.supervisor.cluster import Cluster
-from tests.supervisor.records import (
+from tests.support.daemons import wait_for
+from tests.support.supervision.cluster import Cluster
+from tests.support.supervision.records import (
     alive,
     check_one_job_at_a_time,
     children,
     events,
     keeper_of,
 )
-from tests.support.daemons import wait_for
 
 pytestmark = pytest.mark.slow
 

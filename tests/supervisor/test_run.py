@@ -17,8 +17,9 @@ import time
 
 import pytest
 
-from tests.supervisor.cluster import Cluster, wait_dead
-from tests.supervisor.records import (
+from tests.support.daemons import wait_for
+from tests.support.supervision.cluster import Cluster, wait_dead
+from tests.support.supervision.records import (
     GRACE,
     LEASE_WINDOW,
     TTL,
@@ -27,7 +28,6 @@ from tests.supervisor.records import (
     events,
     tree,
 )
-from tests.support.daemons import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
-from tests.chaos.proxy import FaultProxy
+from tests.support.chaos.proxy import FaultProxy
 from tests.support.daemons import Daemon, short_tempdir, wait_for
 from tests.support.referee import Referee
 from tests.support.switchover import listed_as_standby

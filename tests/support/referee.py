@@ -6,13 +6,13 @@ import threading
 import time
 from collections.abc import Sequence
 
-from tests.chaos.check import Claim, check_safety
+from tests.support.chaos.check import Claim, check_safety
 from tests.support.daemons import Daemon
 
 
 class Referee:
     """Polls every daemon's /leader in the background and judges the answers with the chaos
-    checker (tests/chaos/check.py): a "leader" answer proves leadership only at some instant
+    checker (tests/support/chaos/check.py): a "leader" answer proves leadership only at some instant
     of its request, so only what the answers' times prove is a violation."""
 
     def __init__(self, daemons: Sequence[Daemon]) -> None:

@@ -123,14 +123,17 @@ class CommitWatcher:
             else:
                 with suppress(TimeoutError):
                     await asyncio.wait_for(written.wait(), _IDLE_POLL_INTERVAL)
-            if written.is_set():
+            wrote = written.is_set()
+            if wrote:
                 written.clear()
                 fast_until = boottime() + _SETTLE_TIME
             # A few microseconds on the loop thread: reads the WAL index in shared memory,
             # no disk I/O while nothing changed (an aiosqlite hop would cost ~50x more CPU).
             version = _data_version(conn)
             if version is not None and version != last:
-                last, fast_until = version, 0.0
+                last = version
+                if not wrote:  # a write heard in this same look may be a later commit
+                    fast_until = 0.0  # still in its fsync: keep looking until it shows
                 self.wake()
 
 

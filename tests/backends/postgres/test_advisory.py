@@ -1,0 +1,454 @@
+"""postgresql+advisory:// specifics: the key, the lock session, and its two holes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from typing import Any
+
+import pytest
+
+from leaderd.backends import BackendUnavailable, Candidate
+from leaderd.backends.postgres.advisory import advisory_key
+from leaderd.backends.postgres.listen import notify_channel
+from tests.backends.postgres.helpers import (
+    WAITING_FOR_A_LOCK,
+    admin,
+    lock_queue_empties,
+    opened,
+    session_pid,
+    standby_session_pids,
+    unique,
+    until,
+)
+from tests.support.backend_calls import ask, release
+from tests.support.pgserver import PgServer
+
+pytestmark = pytest.mark.postgres
+
+A = Candidate("node-a", "10.0.0.1:80")
+B = Candidate("node-b", "10.0.0.2:80")
+
+KEY_SQL = (
+    "SELECT ('x' || left(encode(sha256(convert_to('leaderd:' || $1, 'UTF8')), 'hex'), 16))"
+    "::bit(64)::bigint"
+)
+HOLDER_SQL = """
+SELECT a.pid, a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+  AND ((l.classid::int8 << 32) | l.objid::int8) = $1
+"""
+
+
+def url(pg: PgServer, **params: str) -> str:
+    return pg.dsn(scheme="postgresql+advisory", table=unique("adv"), **params)
+
+
+async def lock_pids(conn: Any, election: str) -> list[int]:
+    return [r["pid"] for r in await conn.fetch(HOLDER_SQL, advisory_key(election))]
+
+
+async def blocked(other: Any, election: str, count: int = 1) -> None:
+    """Wait until ``count`` sessions wait for the election's lock (a loaded machine may take
+    a while to open a waiter's session)."""
+    sql = (
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+        "AND objsubid = 1 AND ((classid::int8 << 32) | objid::int8) = $1"
+    )
+    for _ in range(500):
+        if await other.fetchval(sql, advisory_key(election)) >= count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{count} waiter(s) never blocked in the lock of {election}")
+
+
+async def test_the_key_is_documented_and_visible_in_pg_locks(pg_server: PgServer) -> None:
+    e = unique()
+    async with opened(url(pg_server), e) as a, admin(pg_server) as other:
+        for name in (e, "default", "scheduler", "ünïcode"):
+            assert await other.fetchval(KEY_SQL, name) == advisory_key(name)
+        assert advisory_key("default") == 8011582017960662368
+        await ask(a, e, A, ttl=15, timeout=5)
+        assert await lock_pids(other, e) == [session_pid(a, e)]
+        settings = await a._sessions[e].conn.fetchrow(  # type: ignore[attr-defined]
+            "SELECT current_setting('idle_session_timeout') AS idle, "
+            "current_setting('tcp_user_timeout') AS user_timeout, "
+            "current_setting('tcp_keepalives_idle') AS ka_idle"
+        )
+        # The socket's own values (SHOW asks the kernel): ms, then s.
+        assert tuple(settings) == ("15s", "15000", "15")
+
+
+async def test_terminated_holder_steps_down_and_a_waiter_takes_over(
+    pg_server: PgServer,
+) -> None:
+    u, e = url(pg_server, takeover="immediate"), unique()
+    async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
+        mine = await ask(a, e, A, ttl=15, timeout=5)
+        # Only the termination can end either wait before the test's: the lock wait and the
+        # holder's wait for a change are each longer than the test waits for them.
+        waiter = asyncio.create_task(ask(b, e, B, ttl=15, timeout=70, wait=60))
+        holder_wakes = asyncio.create_task(a.wait_for_change(e, 3600))
+        await blocked(other, e, 1)
+        t0 = time.monotonic()
+        await other.execute("SELECT pg_terminate_backend($1)", session_pid(a, e))
+        theirs = await asyncio.wait_for(waiter, 10)
+        took_over = time.monotonic() - t0
+        await asyncio.wait_for(holder_wakes, 10)
+        # asyncpg's termination listener told the holder its session ended: it made no
+        # request since, so nothing else can have noticed.
+        assert await until(lambda: a._sessions[e].conn is None, 10)  # type: ignore[attr-defined]
+        assert theirs.held_by(B) and theirs.term == mine.term + 1
+        print(f"\nadvisory: holder terminated -> waiter holds in {took_over * 1000:.1f} ms")
+        after = await ask(a, e, A, ttl=15, timeout=5)
+        assert not after.held_by(A)
+        seen = await ask(a, e, A, ttl=15, timeout=5)
+        assert seen.holder == B.node_id and seen.term == theirs.term
+
+
+async def test_by_default_a_waiter_waits_out_a_terminated_holders_lease(
+    pg_server: PgServer,
+) -> None:
+    """takeover=wait: the server ended the holder's session, but that node may be alive and
+    still answering "leader" until its lease runs out; the successor claims nothing before
+    then, and not before its engine names the version it watched."""
+    u, e, ttl = url(pg_server), unique(), 1.0
+    async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
+        # Before A's claim: its lease runs from the claim's commit, which comes later.
+        t0 = time.monotonic()
+        mine = await ask(a, e, A, ttl=ttl, timeout=5)
+        waiter = asyncio.create_task(ask(b, e, B, ttl=ttl, timeout=10, wait=5))
+        await blocked(other, e, 1)
+        await other.execute("SELECT pg_terminate_backend($1)", session_pid(a, e))
+        pending = await asyncio.wait_for(waiter, 2)
+        assert pending.holder == A.node_id and pending.term == mine.term
+        assert pending.expires_in is not None and 0 < pending.expires_in <= ttl
+        # While A's lease lasts the successor gives the lock back (A may come back) ...
+        assert await lock_pids(other, e) == []
+        # Naming the version is not enough while the lease lasts on the server's clock ...
+        too_soon = await ask(b, e, B, ttl=ttl, timeout=5, takeover=pending.version)
+        assert not too_soon.held_by(B) and too_soon.holder == A.node_id
+        await asyncio.sleep(pending.expires_in)
+        # ... and its end is not enough without naming the version (docs/algorithm.md).
+        unnamed = await ask(b, e, B, ttl=ttl, timeout=5)
+        assert unnamed.expired and unnamed.version == pending.version
+        assert await lock_pids(other, e) == [session_pid(b, e)], "kept once the lease is over"
+        theirs = await ask(b, e, B, ttl=ttl, timeout=5, takeover=pending.version)
+        waited = time.monotonic() - t0
+        assert theirs.held_by(B) and theirs.term == mine.term + 1
+        print(f"\nadvisory: A claimed -> successor claims after {waited * 1000:.0f} ms")
+        # No sooner than A's whole lease (the server's clock and this one tick alike).
+        assert waited >= ttl - 0.01
+
+
+async def test_a_holder_whose_session_ended_renews_even_if_a_standby_got_the_lock_first(
+    pg_server: PgServer,
+) -> None:
+    """After a server restart (or a terminated session) the leader, alive, reconnects; a
+    standby that got the lock first must not keep it through the leader's lease: the
+    leader renews through its new session, with the same term, and nobody is waited out."""
+    u, e = url(pg_server), unique()
+    async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
+        mine = await ask(a, e, A, ttl=15, timeout=5)
+        waiter = asyncio.create_task(ask(b, e, B, ttl=15, timeout=10, wait=5))
+        await blocked(other, e, 1)
+        await other.execute("SELECT pg_terminate_backend($1)", session_pid(a, e))
+        pending = await asyncio.wait_for(waiter, 2)  # the standby had the lock first
+        assert pending.holder == A.node_id and not pending.held_by(B)
+        assert await until(lambda: a._sessions[e].conn is None, 1)  # type: ignore[attr-defined]
+        again = await ask(a, e, A, ttl=15, timeout=5)  # a new session
+        assert again.held_by(A), again
+        assert (again.term, again.acquired_at) == (mine.term, mine.acquired_at)
+
+
+async def queued_hand_over(a: Any, b: Any, other: Any, e: str) -> int:
+    """A holds, B waits in the lock queue, A releases: B claims at once, term + 1 (its term)."""
+    mine = await ask(a, e, A, ttl=15, timeout=5)
+    waiter = asyncio.create_task(ask(b, e, B, ttl=15, timeout=10, wait=5))
+    await blocked(other, e, 1)
+    await release(a, e, A, mine.term)
+    theirs = await asyncio.wait_for(waiter, 2)
+    assert theirs.held_by(B) and theirs.term == mine.term + 1
+    return theirs.term
+
+
+async def test_a_clean_release_needs_no_wait(pg_server: PgServer) -> None:
+    u, e = url(pg_server), unique()
+    async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
+        await queued_hand_over(a, b, other, e)
+
+
+LOSER_APP = "leaderd-loser-test"
+
+
+async def lose_the_race(pg: PgServer, cancel_works: bool) -> tuple[str, bool]:
+    """A holds, B and C wait in the lock queue, A releases: (the loser's node id, whether
+    its lock session is the one it had). Both name the winner at once, and nobody is left
+    in the lock queue, whichever way the loser's wait ends."""
+    u, e = url(pg, application_name=LOSER_APP), unique()
+    c = Candidate("node-c", "10.0.0.3:80")
+    async with (
+        opened(u, e) as a,
+        opened(u, e) as b,
+        opened(u, e) as third,
+        admin(pg) as other,
+    ):
+        mine = await ask(a, e, A, ttl=15, timeout=5)
+        standbys = {B.node_id: b, c.node_id: third}
+        for standby, who in ((b, B), (third, c)):  # open and plan each standby's session
+            assert (await ask(standby, e, who, ttl=15, timeout=5, wait=0.1)).holder
+            if not cancel_works:
+                standby._listener.cancel = refuse  # type: ignore[attr-defined]
+        pids = {node: session_pid(backend, e) for node, backend in standbys.items()}
+        waiters = [
+            asyncio.create_task(ask(b, e, B, ttl=15, timeout=10, wait=5)),
+            asyncio.create_task(ask(third, e, c, ttl=15, timeout=10, wait=5)),
+        ]
+        await blocked(other, e, 2)
+        await release(a, e, A, mine.term)
+        # The loser does not sit out its 5 s lock wait naming the old holder: both answer
+        # before it could have ended.
+        answers = await asyncio.wait_for(asyncio.gather(*waiters), 3)
+        winner = answers[0].holder
+        assert winner in standbys and all(x.holder == winner for x in answers), answers
+        assert answers[0].term == mine.term + 1
+        assert await lock_queue_empties(other, LOSER_APP)
+        loser = next(node for node in standbys if node != winner)
+        return loser, session_pid(standbys[loser], e) == pids[loser]
+
+
+async def refuse(pid: int, timeout: float) -> bool:
+    return False  # what Listener.cancel says when its connection is down or busy
+
+
+async def test_a_waiter_that_loses_the_race_names_the_new_holder_at_once_on_its_session(
+    pg_server: PgServer,
+) -> None:
+    """The loser's wait is cancelled over its LISTEN connection, and its session, with the
+    plans it holds, is kept: closing it cost a server process for the cancel and one for
+    the next read, on the cores where the winner claims."""
+    loser, kept = await lose_the_race(pg_server, cancel_works=True)
+    assert kept, f"{loser}'s lock session was replaced"
+
+
+async def test_when_the_listen_connection_cannot_cancel_the_loser_closes_its_session(
+    pg_server: PgServer,
+) -> None:
+    loser, kept = await lose_the_race(pg_server, cancel_works=False)
+    assert not kept, f"{loser} kept a session whose wait nobody cancelled"
+
+
+async def test_a_lock_granted_as_its_wait_is_cancelled_is_given_back(pg_server: PgServer) -> None:
+    """The race the cancel may lose, made certain: the standby's server process is stopped
+    while the lock is freed and a cancel is sent, so it resumes with both. It checks for
+    interrupts before it looks at its grant: the statement ends with "canceling statement",
+    yet the session keeps the lock. It must give it back, or the single unlock of its own
+    release later would leave the lock held (advisory locks count)."""
+    u, e = url(pg_server), unique()
+    key = advisory_key(e)
+    async with opened(u, e) as b, admin(pg_server) as other, admin(pg_server) as holder:
+        assert await holder.fetchval("SELECT pg_try_advisory_lock($1)", key)
+        assert (await ask(b, e, B, ttl=15, timeout=5, wait=0.1)).holder is None
+        waiter = asyncio.create_task(ask(b, e, B, ttl=15, timeout=10, wait=5))
+        await blocked(other, e, 1)
+        pid = session_pid(b, e)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await holder.fetchval("SELECT pg_advisory_unlock($1)", key)
+            assert await other.fetchval("SELECT pg_cancel_backend($1)", pid)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        theirs = await asyncio.wait_for(waiter, 5)  # given back, then taken at once
+        assert theirs.held_by(B), theirs
+        await release(b, e, B, theirs.term)
+        assert await lock_pids(other, e) == [], "the lock outlived the release"
+
+
+async def test_a_standby_keeps_its_lock_session_through_rounds_that_time_out(
+    pg_server: PgServer,
+) -> None:
+    """A lock wait that ends by its lock_timeout is a quiet round, not news: the session
+    stays (a new one is a new server process, and plans its statements again)."""
+    u, e = url(pg_server), unique()
+    async with opened(u, e) as a, opened(u, e) as b:
+        await ask(a, e, A, ttl=15, timeout=5)
+        pids = await standby_session_pids(b, e, B, A.node_id, ttl=15, timeout=5)
+        assert len(pids) == 1, f"the standby's session changed: server pids {sorted(pids)}"
+
+
+async def test_a_cancelled_waiter_leaves_the_lock_queue(pg_server: PgServer) -> None:
+    u, e = url(pg_server, application_name="leaderd-cancel-test"), unique()
+    async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
+        await ask(a, e, A, ttl=15, timeout=5)
+        waiter = asyncio.create_task(ask(b, e, B, ttl=15, timeout=10, wait=5))
+        await blocked(other, e, 1)
+        assert await other.fetchval(WAITING_FOR_A_LOCK, "leaderd-cancel-test") == 1
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert await lock_queue_empties(other, "leaderd-cancel-test")
+
+
+async def test_a_silent_leaders_session_ends_one_ttl_after_its_last_keepalive(
+    pg_server: PgServer,
+) -> None:
+    """Hole (a): a paused leader must not hold the lock forever; and never for less than
+    one ttl after its last keepalive was sent (hole (b), the deadline side)."""
+    u, e = url(pg_server), unique()
+    async with opened(u, e) as a, opened(u, e) as b:
+        t_send = time.monotonic()
+        mine = await ask(a, e, A, ttl=1.0, timeout=5)
+        assert mine.held_by(A)
+        granted = await ask(b, e, B, ttl=1.0, timeout=5, wait=3)
+        waited = time.monotonic() - t_send
+        # The lock passed on; the unreleased row is taken over by naming its version.
+        assert (granted.holder, granted.term) == (A.node_id, mine.term), granted
+        assert waited >= 1.0, waited  # hole (b): never before one ttl
+        await asyncio.sleep(granted.expires_in or 0.0)
+        # Hole (a): the lock did pass, within b's wait: this request waits for no lock.
+        theirs = await ask(b, e, B, ttl=1.0, timeout=5, takeover=granted.version)
+        assert theirs.held_by(B) and theirs.term == mine.term + 1
+
+
+async def test_a_stuck_keepalive_fails_and_keeps_the_lock_while_the_leader_may_lead(
+    pg: PgServer,
+) -> None:
+    """A keepalive in doubt is a failure (the engine keeps its last error, and leads only
+    until its deadline), not a "not held" answer; the session, and its lock, are kept."""
+    u, e, ttl = url(pg), unique(), 5.0
+    async with opened(u, e) as a, admin(pg) as other:
+        mine = await ask(a, e, A, ttl=ttl, timeout=5)
+        pid = session_pid(a, e)
+        os.kill(pid, signal.SIGSTOP)  # the server side of the session hangs
+        try:
+            for _ in range(2):
+                # The request's own bound fired, while the server was still stopped.
+                with pytest.raises(BackendUnavailable, match=r"timed out after 0\.5s"):
+                    await ask(a, e, A, ttl=ttl, timeout=0.5)
+                # Not freed behind the engine's back: the lock is still the session's.
+                assert await lock_pids(other, e) == [pid]
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        again = await ask(a, e, A, ttl=ttl, timeout=5)
+        assert again.held_by(A) and again.term == mine.term and session_pid(a, e) == pid
+
+
+async def test_a_keepalive_in_doubt_past_one_ttl_lets_the_session_go(pg: PgServer) -> None:
+    """Once the engine's deadline has passed (one ttl after the last renewal was sent),
+    the doubtful session is closed and the lock campaigned for anew: a new term."""
+    u, e, ttl = url(pg), unique(), 1.0
+    async with opened(u, e) as a, admin(pg) as other:
+        mine = await ask(a, e, A, ttl=ttl, timeout=5)
+        pid = session_pid(a, e)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(BackendUnavailable):
+                await ask(a, e, A, ttl=ttl, timeout=0.3)
+            await asyncio.sleep(ttl)
+            with pytest.raises(BackendUnavailable):
+                await ask(a, e, A, ttl=ttl, timeout=0.3)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        lease = None
+        for _ in range(100):
+            with contextlib.suppress(BackendUnavailable):  # the old session still exiting
+                lease = await ask(a, e, A, ttl=ttl, timeout=2)
+                if lease.held_by(A):
+                    break
+            await asyncio.sleep(0.05)
+        assert lease is not None and lease.held_by(A), lease
+        assert lease.term == mine.term + 1 and await lock_pids(other, e) == [session_pid(a, e)]
+        assert session_pid(a, e) != pid
+
+
+async def test_a_hung_term_bump_gives_up_and_releases(pg_server: PgServer) -> None:
+    table, e = unique("adv"), unique()
+    u = pg_server.dsn(scheme="postgresql+advisory", table=table)
+    async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
+        mine = await ask(a, e, A, ttl=15, timeout=5)
+        await release(a, e, A, mine.term)
+        tx = other.transaction()
+        await tx.start()
+        await other.execute(f"SELECT * FROM {table} WHERE election = $1 FOR UPDATE", e)
+        try:
+            # The request's own bound fired, while the row was still locked.
+            with pytest.raises(BackendUnavailable, match=r"timed out after 0\.5s"):
+                await ask(b, e, B, ttl=15, timeout=0.5, wait=0.2)
+            for _ in range(100):  # the session that got the lock is closed: lock free again
+                if not await lock_pids(other, e):
+                    break
+                await asyncio.sleep(0.01)
+            assert await lock_pids(other, e) == []
+        finally:
+            await tx.rollback()
+
+
+async def test_a_release_commits_before_the_lock_is_freed(pg_server: PgServer) -> None:
+    """A standby blocked in the lock is granted it only once the release is committed: it
+    reads the released row and claims at once, instead of waiting out a lease that was
+    released (the unlock used to run inside the releasing transaction, before its commit)."""
+    table, e = unique("adv"), unique()
+    u = pg_server.dsn(scheme="postgresql+advisory", table=table)
+    async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
+        mine = await ask(a, e, A, ttl=15, timeout=5)
+        # A commit that takes its time, as on a loaded server: a deferred trigger on the
+        # release's update runs at commit, after the statement.
+        await other.execute(f"""
+            CREATE FUNCTION {table}_slow() RETURNS trigger LANGUAGE plpgsql
+                AS $$ BEGIN PERFORM pg_sleep(0.5); RETURN NULL; END $$;
+            CREATE CONSTRAINT TRIGGER slow_commit AFTER UPDATE ON {table}
+                DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.holder IS NULL)
+                EXECUTE FUNCTION {table}_slow();
+        """)
+        waiter = asyncio.create_task(ask(b, e, B, ttl=15, timeout=10, wait=5))
+        await blocked(other, e, 1)
+        await release(a, e, A, mine.term)
+        theirs = await asyncio.wait_for(waiter, 3)
+        assert theirs.held_by(B) and theirs.term == mine.term + 1, theirs
+
+
+async def test_a_late_acquired_notify_does_not_end_a_standbys_lock_wait(
+    pg_server: PgServer,
+) -> None:
+    table, e = unique("adv"), unique()
+    u = pg_server.dsn(scheme="postgresql+advisory", table=table)
+    async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
+        mine = await ask(a, e, A, ttl=15, timeout=5)
+        # The engine's standby waits knowing term mine.term (min_term: its high-water + 1).
+        waiter = asyncio.create_task(
+            ask(b, e, B, ttl=15, timeout=10, wait=5, min_term=mine.term + 1)
+        )
+        await blocked(other, e, 1)
+        # The announcement of the term it already knows, delivered late.
+        payload = f"{mine.term} acquired {e}"
+        await other.execute("SELECT pg_notify($1, $2)", notify_channel(table), payload)
+        await asyncio.sleep(0.3)
+        assert not waiter.done(), f"old news ended the lock wait: {waiter.result()}"
+        await release(a, e, A, mine.term)
+        theirs = await asyncio.wait_for(waiter, 2)
+        assert theirs.held_by(B) and theirs.term == mine.term + 1
+
+
+async def test_a_reused_pid_is_not_taken_for_the_holders_session(pg_server: PgServer) -> None:
+    """The row names the holder's session by pid and start time: a successor whose session
+    has the dead holder's pid (the kernel reuses pids) still waits out that holder's lease,
+    and observers do not report the dead session's holder as live."""
+    table, e = unique("adv"), unique()
+    u = pg_server.dsn(scheme="postgresql+advisory", table=table)
+    async with opened(u, e) as a, opened(u, e) as b, opened(u, e) as c, admin(pg_server) as other:
+        mine = await ask(a, e, A, ttl=15, timeout=5)
+        waiter = asyncio.create_task(ask(b, e, B, ttl=15, timeout=10, wait=5))
+        await blocked(other, e, 1)
+        await other.execute("SELECT pg_terminate_backend($1)", session_pid(a, e))
+        pending = await asyncio.wait_for(waiter, 2)
+        assert pending.holder == A.node_id and not pending.held_by(B)
+        # As if B's session had been given the dead session's pid:
+        sql = f"UPDATE {table} SET pid = $1 WHERE election = $2"
+        await other.execute(sql, session_pid(b, e), e)
+        again = await ask(b, e, B, ttl=15, timeout=5)
+        assert not again.held_by(B) and (again.holder, again.term) == (A.node_id, mine.term)
+        seen = await c.observe(e)
+        assert seen.holder == A.node_id and seen.expires_in is not None, seen  # not live
