@@ -71,6 +71,7 @@ class Transport(asyncio.Transport):
 
 
 Protocol = Any
+_RUNNING: list[asyncio.Task[None]] = []
 
 
 async def leaderd_server() -> tuple[Callable[[], Protocol], Callable[[], Awaitable[None]]]:
@@ -87,7 +88,7 @@ async def leaderd_server() -> tuple[Callable[[], Protocol], Callable[[], Awaitab
     async def change() -> None:
         election.resign(0.0, None)
 
-    leaderd_server.task = task  # type: ignore[attr-defined]  # kept alive
+    _RUNNING.append(task)  # the election loop runs as long as the process
     return make, change
 
 
