@@ -161,6 +161,9 @@ class _RequestLog:
         return getattr(log, name)
 
 
+_data_received = web.RequestHandler.data_received
+
+
 class Connection(web.RequestHandler):
     """An aiohttp connection with leaderd's limits (see the module's docstring)."""
 
@@ -171,6 +174,9 @@ class Connection(web.RequestHandler):
         self._busy = False
         self._bytes = False  # bytes of a request not yet in progress
         self.deadline = math.inf  # of the header or idle timeout, on CLOCK_BOOTTIME
+        # Read around every request: attributes of its own, not the limits' (hot path).
+        self._headers_within = connections.limits.header_timeout
+        self._idle_for = connections.limits.keepalive_timeout
 
     # ---- called by the API around each request ----
 
@@ -179,9 +185,10 @@ class Connection(web.RequestHandler):
         self._disarm()
 
     def request_finished(self) -> None:
-        self._busy, self._bytes = False, False
-        if self.transport is not None:
-            self._arm("idle", self._connections.limits.keepalive_timeout)
+        self._busy = self._bytes = False
+        if self.transport is not None:  # _arm("idle"), inlined: once per request
+            self._timeout = "idle"
+            self.deadline = boottime() + self._idle_for
 
     # ---- asyncio protocol ----
 
@@ -203,10 +210,11 @@ class Connection(web.RequestHandler):
             task.cancel()  # the client is gone: so is its long poll or stream
 
     def data_received(self, data: bytes) -> None:
-        if data and not self._busy and not self._bytes:
+        if not self._bytes and not self._busy and data:  # _arm("header"), inlined
             self._bytes = True
-            self._arm("header", self._connections.limits.header_timeout)
-        super().data_received(data)
+            self._timeout = "header"
+            self.deadline = boottime() + self._headers_within
+        _data_received(self, data)  # aiohttp's, without a super() object per call
 
     def eof_received(self) -> bool:  # type: ignore[override]  # asyncio's contract: True keeps it open
         """The client shut down its write side: answer what it asked, then close."""

@@ -11,11 +11,12 @@ import asyncio
 import contextlib
 import functools
 import socket
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import aiohttp
 from aiohttp import web
+from multidict import CIMultiDict
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from .. import jsonio, package_files
@@ -152,34 +153,13 @@ class _Api:
         self.metrics_ = metrics
         self.read_only = read_only
         self.closing = asyncio.Event()
-        self._polls: set[asyncio.Task[Any]] = set()
         self.openapi_body = package_files.read_bytes("openapi.json")
 
     async def on_shutdown(self, app: web.Application) -> None:
         # Long polls answer and streams end now, instead of holding up the shutdown.
         self.closing.set()
-        for task in list(self._polls):
-            task.cancel()
-
-    async def _long_poll(
-        self, election: Election, revision: int | None, timeout: float
-    ) -> EncodedStatus:
-        """wait_for_answer in the handler's own task (no helper tasks per watcher: 10,000
-        of them add up); a shutdown cancels it and it answers with the current status."""
-        if self.closing.is_set():
-            return election.encoded_status()
-        task = asyncio.current_task()
-        assert task is not None
-        self._polls.add(task)
-        try:
-            return await election.wait_for_answer(revision, timeout)
-        except asyncio.CancelledError:
-            if not self.closing.is_set():
-                raise  # the client went away
-            task.uncancel()
-            return election.encoded_status()
-        finally:
-            self._polls.discard(task)
+        for election in self.node.elections.values():
+            election.end_long_polls()
 
     # ---- the election endpoints ----
 
@@ -222,7 +202,10 @@ class _Api:
         if stream or _SSE in accept:
             sse = _SSE in accept or query.get("stream") == "sse"
             return await self._stream(request, election, sse)
-        return _answer(await self._long_poll(election, revision, timeout))
+        if self.closing.is_set():  # shutting down: no new wait
+            return _answer(election.encoded_status())
+        # Awaited here, in the handler's task: no helper task per long poll (10,000 add up).
+        return _answer(await election.wait_for_answer(revision, timeout))
 
     async def resign(self, request: web.Request) -> web.Response:
         election = self.node.election(request.match_info.get("election"))
@@ -366,10 +349,10 @@ class _Api:
 
 
 @functools.lru_cache(maxsize=16)
-def _headers(revision: int) -> Mapping[str, str]:
-    """A status answer's headers, shared: each Response copies them (a plain dict copies
-    fastest)."""
-    return {"Content-Type": _JSON, "Leaderd-Revision": str(revision)}
+def _headers(revision: int) -> CIMultiDict[str]:
+    """A status answer's headers, shared: each Response copies them (a CIMultiDict copies
+    about 0.3 us faster than a dict, whose keys it would case-fold again)."""
+    return CIMultiDict({"Content-Type": _JSON, "Leaderd-Revision": str(revision)})
 
 
 def _answer(answer: EncodedStatus, status: int = 200) -> web.Response:

@@ -10,8 +10,9 @@ import contextlib
 import datetime as dt
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from .. import jsonio
 from ..backends.base import Candidate
@@ -20,6 +21,7 @@ from ..clock import Clock
 from ..events import Event, extra
 from .heartbeats import Heartbeats
 from .history import History
+from .lease_bodies import LeaseBodies
 from .members import Members, members_of
 from .state import ElectionState
 from .status import ElectionStatus, Role
@@ -72,6 +74,7 @@ class ElectionAnswers:
         # --elected-hook-gates: a term is answered "leader" only once this says it may be.
         self.gate: Callable[[int], bool] | None = None
         self._encoded: EncodedStatus | None = None  # the last encoded_status()
+        self._lease_bodies = LeaseBodies()  # a leader's answer, per millisecond left
         # The last published status a long poll answered, encoded once for all of them.
         self._published_encoded: tuple[ElectionStatus | None, EncodedStatus | None] = (None, None)
         self._refresh(self._clock.now())
@@ -91,7 +94,7 @@ class ElectionAnswers:
         shown = (view, self._watchers.revision, left)
         encoded = self._encoded
         if encoded is None or encoded.shown != shown:
-            encoded = self._encoded = _encode(self._snapshot(view, now), shown)
+            encoded = self._encoded = self._encode_shown(view, now, shown)
         return encoded
 
     def members(self) -> Members:
@@ -168,13 +171,18 @@ class ElectionAnswers:
         next change when None), or the current status after ``timeout`` seconds."""
         return await self._watchers.wait(self.status, _same, revision, timeout)
 
-    async def wait_for_answer(self, revision: int | None, timeout: float) -> EncodedStatus:
+    def wait_for_answer(
+        self, revision: int | None, timeout: float
+    ) -> Coroutine[Any, Any, EncodedStatus]:
         """wait_for_change as its JSON answer: thousands of long polls woken by one change
         share one encoding of it, and a "leader" answer is judged anew for each of them
-        (encoded_status(), whose bytes are reused while they show the same)."""
-        return await self._watchers.wait(
-            self.encoded_status, self._encode_published, revision, timeout
-        )
+        (encoded_status(), whose bytes are reused while they show the same). The wait
+        itself, with no coroutine around it: one frame less to resume per woken poll."""
+        return self._watchers.wait(self.encoded_status, self._encode_published, revision, timeout)
+
+    def end_long_polls(self) -> None:
+        """Answer every waiting long poll now, with the current answer (shutdown)."""
+        self._watchers.end_waits()
 
     def _encode_published(self, status: ElectionStatus) -> EncodedStatus:
         """The encoding of a published status, found by identity (hashing it for each of
@@ -188,6 +196,19 @@ class ElectionAnswers:
     def stream(self) -> contextlib.AbstractContextManager[asyncio.Queue[ElectionStatus]]:
         """A queue that receives the current status, then one status per change."""
         return self._watchers.stream(self.status())
+
+    def _encode_shown(
+        self, view: View, now: float, shown: tuple[View, int, int | None]
+    ) -> EncodedStatus:
+        """The answer showing ``shown``; a leader's from the last one's bytes when only
+        the milliseconds left moved."""
+        view, revision, left = shown
+        if left is not None and (body := self._lease_bodies.body((view, revision), left)):
+            return EncodedStatus(shown, view.role, revision, body)
+        encoded = _encode(self._snapshot(view, now), shown)
+        if left is not None:
+            self._lease_bodies.learn((view, revision), left, encoded.body)
+        return encoded
 
     def _snapshot(self, view: View, now: float) -> ElectionStatus:
         return ElectionStatus(

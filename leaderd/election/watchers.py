@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Protocol, TypeVar
 
+from .poll_deadlines import PollDeadlines, time_up
 from .status import ElectionStatus, Role
 
 log = logging.getLogger("leaderd.engine")
@@ -41,9 +42,10 @@ class Watchers:
         self.revision = 0
         self.changed_at = changed_at
         # One future per waiting long poll, resolved by the next publish (True) or by its
-        # own timer (False): an Event and an asyncio.timeout() cost each of 10,000 woken
+        # deadline (False): an Event and an asyncio.timeout() cost each of 10,000 woken
         # waiters more than the rest of its answer.
         self._waiting: dict[asyncio.Future[bool], None] = {}
+        self._deadlines = PollDeadlines()
         self._listeners: list[ChangeListener] = []
         self._streams: set[asyncio.Queue[ElectionStatus]] = set()
         self._pollers = 0
@@ -64,12 +66,20 @@ class Watchers:
         """Deliver a new revision: wake long polls, queue it on streams, call listeners."""
         self._latest = status
         waiting, self._waiting = self._waiting, {}
+        self._deadlines.clear()
         for woken in waiting:
             if not woken.done():
                 woken.set_result(True)
         for queue in self._streams:
             _offer(queue, status)
         self.announce(status)
+
+    def end_waits(self) -> None:
+        """Resolve every long poll's wait as its timer would: it answers the current status."""
+        waiting, self._waiting = self._waiting, {}
+        self._deadlines.clear()
+        for woken in waiting:
+            time_up(woken)
 
     def announce(self, status: ElectionStatus) -> None:
         """Call the listeners with the status, with no new revision (readiness moved)."""
@@ -96,13 +106,12 @@ class Watchers:
         loop = asyncio.get_running_loop()
         woken: asyncio.Future[bool] = loop.create_future()
         self._waiting[woken] = None
-        timer = loop.call_later(max(0.0, timeout), _time_up, woken)
+        self._deadlines.add(woken, timeout)
         self._pollers += 1
         try:
             # Every publish is a new revision: one wake-up answers.
             return self._woken(current, published) if await woken else current()
         finally:
-            timer.cancel()
             self._waiting.pop(woken, None)
             self._pollers -= 1
 
@@ -125,11 +134,6 @@ class Watchers:
             yield queue
         finally:
             self._streams.discard(queue)
-
-
-def _time_up(woken: asyncio.Future[bool]) -> None:
-    if not woken.done():
-        woken.set_result(False)
 
 
 def _offer(queue: asyncio.Queue[ElectionStatus], status: ElectionStatus) -> None:

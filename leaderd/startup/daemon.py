@@ -157,7 +157,7 @@ class Daemon:
             self._ready_sent = True
             self.notifier.ready(node.summary())
             log.info("ready: %s", node.summary(), extra=extra(Event.READY))
-            asyncio.get_running_loop().call_soon(memory.trim)  # start-up's garbage, once
+            asyncio.get_running_loop().call_soon(memory.settle)  # start-up's garbage, once
         elif self.notifier.enabled:
             self.notifier.status(node.summary())
 

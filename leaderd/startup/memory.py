@@ -1,15 +1,25 @@
-"""Give the heap's free pages back to the system once the daemon is ready (glibc).
+"""Settle the heap once the daemon is ready: collect, freeze, and give free pages back.
 
 Start-up (imports, the first requests) allocates and frees about 1 MB of short-lived
 objects that glibc's allocator keeps mapped in the middle of the heap, where no automatic
-trim reaches. One ``malloc_trim(0)`` once the daemon is ready returns them
-(docs/benchmarks.md, "Start-up and idle memory"). Where there is no malloc_trim (musl), it
-does nothing.
+trim reaches. Once the daemon is ready, one collection frees start-up's cycles, and
+``gc.freeze()`` moves the objects that remain (modules, classes, the app: they live as long
+as the daemon) out of the collector's generations, so no later full collection walks them
+again; then one ``malloc_trim(0)`` returns the free pages (docs/benchmarks.md, "Start-up
+and idle memory"). Where there is no malloc_trim (musl), that last step does nothing.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
+
+
+def settle() -> bool:
+    """Collect, freeze the survivors, and trim; False where the C library cannot trim."""
+    gc.collect()
+    gc.freeze()
+    return trim()
 
 
 def trim() -> bool:

@@ -3,7 +3,9 @@ judged at the same instant: its bytes are reused only while nothing they show ch
 
 Every engine table is run again, and after each step every node's encoded answer is held
 against status() on the same fake clock: across a deadline passing, a renewal, a lost race,
-a hand-over, and the time left moving by a millisecond with nothing else changing.
+a hand-over, and the time left moving by a millisecond with nothing else changing (a
+leader's answer is then the last one's bytes with the new number: the same bytes as a full
+encoding, byte for byte).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from leaderd import jsonio
 from leaderd.backends.base import Candidate
 from leaderd.election.engine import Election
 from leaderd.election.status import Role
@@ -27,7 +30,7 @@ TABLES = {
 def check(election: Election) -> None:
     encoded = election.encoded_status()
     status = election.status()  # the same instant: the fake clock has not moved
-    assert orjson.loads(encoded.body) == status.to_dict()
+    assert encoded.body == jsonio.dumps(status.to_dict())  # byte for byte
     assert (encoded.role, encoded.revision) == (status.role, status.revision)
 
 
@@ -59,3 +62,17 @@ async def test_the_time_left_is_shown_to_the_millisecond_and_the_deadline_ends_i
     await Advance(1e-6)(world)  # the deadline: no renewal came
     answer = election.encoded_status()
     assert answer.role is Role.UNKNOWN and orjson.loads(answer.body)["is_leader"] is False
+
+
+async def test_each_millisecond_of_a_leaders_answer_is_its_full_encoding() -> None:
+    world = World()
+    election = world.add(A)
+    await Round()(world)
+    shown = set()
+    for _ in range(40):
+        await Advance(0.000731)(world)  # the milliseconds left move, nothing else
+        check(election)
+        shown.add(orjson.loads(election.encoded_status().body)["lease"]["valid_for_ms"])
+    await Round()(world)  # a renewal: a later deadline, the same view and revision
+    check(election)
+    assert len(shown) >= 25
