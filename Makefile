@@ -42,11 +42,14 @@ lint: $(PYTHON)
 # node id, which --dist loadfile would run once (tests/conftest.py refuses that). The chaos
 # runs come last, two decks at a time and nothing else: their liveness bound is a time, and a
 # deck uses about half a core, so two share the machine but a busy neighbour's would not.
+# The rest's longest files start first (tests/support/schedule.py), so none starts last and
+# runs on alone: --no-loadscope-reorder keeps that order, not pytest-xdist's (most tests first).
 FAST := -m fast -n 2 --dist load
+REST := -m "not fast and not chaos" -n 3 --dist loadfile --no-loadscope-reorder
 
 test: deps lint
 	$(PYTEST) $(FAST)
-	$(PYTEST) -m "not fast and not chaos" -n 3 --dist loadfile
+	$(PYTEST) $(REST)
 	$(PYTEST) -m "chaos and not fast" -n 2 --dist load
 
 test-fast: $(PYTHON)

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.daemons import Daemon
 
-pytest_plugins = ["tests.support.pg_fixtures"]
+pytest_plugins = ["tests.support.pg_fixtures", "tests.support.schedule"]
 
 # What a leaderd falls back to without flags, pointed away from this host's own leaderd:
 # its configuration file (/etc/leaderd/leaderd.toml), its socket and state directories

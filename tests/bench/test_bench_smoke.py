@@ -22,7 +22,7 @@ from tests.support.daemons import REPO
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(300)]
 
 TINY = [
-    "--handovers", "2", "--failovers", "2",
+    "--handovers", "2", "--failovers", "1",
     "--leader-connections", "2", "--leader-duration", "0.5", "--leader-rounds", "1",
     "--client-processes", "1",
     "--watchers", "100", "--watch-trials", "1",

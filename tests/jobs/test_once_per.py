@@ -167,12 +167,13 @@ def assert_once_per_period(runs: list[Run], period: float = PERIOD) -> None:
     assert all(gap >= period - STAMP_JITTER for gap in gaps), (gaps, runs)
 
 
-@pytest.mark.parametrize("nodes", [2, 3])
 def test_a_failover_in_mid_period_does_not_run_the_job_again(
-    backend: str, nodes: int, request: pytest.FixtureRequest
+    backend: str, request: pytest.FixtureRequest
 ) -> None:
+    """A graceful hand-over, then a crash, each in mid-period (three nodes, so a standby is
+    left for the crash: a run of two nodes would repeat the first half of this one)."""
     cluster = Cluster(request.node.workdir, backend)
-    cluster.start(*(f"node-{chr(ord('a') + i)}" for i in range(nodes)))
+    cluster.start("node-a", "node-b", "node-c")
     first = cluster.fresh_run()  # a period begins
     old = cluster.leader()
     assert old.node_id == first.node
@@ -183,11 +184,9 @@ def test_a_failover_in_mid_period_does_not_run_the_job_again(
     wait_for(lambda: released in history(successor, 3), timeout=10, what=f"{released}")
     second = cluster.until_runs(first.run + 1)[first.run]
     assert second.node == successor.node_id and second.term > first.term
-    last = second
-    if nodes == 3:
-        cluster.stop(successor, signal.SIGKILL)  # a crash in mid-period: taken over after a ttl
-        last = cluster.until_runs(first.run + 2)[first.run + 1]
-        assert last.node == cluster.leader().node_id and last.term > second.term
+    cluster.stop(successor, signal.SIGKILL)  # a crash in mid-period: taken over after a ttl
+    last = cluster.until_runs(first.run + 2)[first.run + 1]
+    assert last.node == cluster.leader().node_id and last.term > second.term
     # The last run's end is recorded: no other run came meanwhile.
     wait_for(lambda: last_run(cluster.leader())["status"] == "succeeded", timeout=10,
              what="the last run recorded succeeded")  # fmt: skip
