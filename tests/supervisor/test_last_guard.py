@@ -49,7 +49,7 @@ def test_daemon_and_keeper_frozen_together_cannot_keep_the_job(contained: Cluste
     for pid in frozen:
         os.kill(pid, signal.SIGSTOP)
     try:
-        came = wait_for(lambda: successor(cluster.workdir, first.term), 30, what="b's job")
+        came = wait_for(lambda: successor(cluster.workdir, first.term), 60, what="b's job")
         left = [pid for pid in (job, *workers) if alive(pid)]
     finally:
         for pid in reversed(frozen):  # the keeper first: it reads the guard's word first

@@ -97,7 +97,7 @@ def test_frozen_host_resumes_by_killing_its_job_at_once(cluster: Cluster) -> Non
     frozen = time.monotonic()
     try:
         # b wins the lease; its job finds the frozen job still holding the flock.
-        busy = wait_for(lambda: events(cluster.workdir, "busy"), 15, what="b's job to start")
+        busy = wait_for(lambda: events(cluster.workdir, "busy"), 30, what="b's job to start")
         assert busy[0].node == "b"
         asleep = len(a.log())  # a frozen daemon writes nothing
         resumed = time.monotonic()
