@@ -4,6 +4,9 @@ schedule, capped at CAP seconds), and zero violations.
 And the other half of the proof: the same checker, run against a leaderd whose engine
 ignores its self-fence deadline, must report violations — a checker that cannot fail
 proves nothing. The long run, many decks, is `make chaos` (docs/chaos.md).
+
+`make test` runs the decks two at a time, handed out in the order of this file: the
+longest first, so that no long deck starts last and runs on alone.
 """
 
 from __future__ import annotations
@@ -39,8 +42,19 @@ def assert_every_kind_injected(result: Result) -> None:
 @pytest.mark.chaos
 @pytest.mark.slow
 @pytest.mark.timeout(TIMEOUT)
+def test_etcd_survives_chaos() -> None:
+    # Three daemons on a 3-member etcd cluster of its own; member faults as well
+    # (tests/backends/etcd).
+    result = asyncio.run(EtcdChaos(Settings(backend="etcd", nodes=3, duration=CAP, decks=1)).run())
+    assert_every_kind_injected(result)
+    assert result.violations.total == 0, summary(result)
+
+
+@pytest.mark.chaos
+@pytest.mark.slow
+@pytest.mark.timeout(TIMEOUT)
 @pytest.mark.parametrize(
-    "backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+    "backend", [pytest.param("postgresql", marks=pytest.mark.postgres), "sqlite"]
 )
 def test_lease_backend_survives_chaos(backend: str) -> None:
     # PostgreSQL: the harness starts its own server, whose clock clock_step moves.
@@ -66,11 +80,16 @@ def test_advisory_survives_chaos() -> None:
 @pytest.mark.chaos
 @pytest.mark.slow
 @pytest.mark.timeout(TIMEOUT)
-def test_etcd_survives_chaos() -> None:
-    # Three daemons on a 3-member etcd cluster of its own; member faults as well
-    # (tests/backends/etcd).
-    result = asyncio.run(EtcdChaos(Settings(backend="etcd", nodes=3, duration=CAP, decks=1)).run())
-    assert_every_kind_injected(result)
+def test_supervised_commands_survive_chaos() -> None:
+    """Every daemon runs `run -- tests/chaos/command.py` (a command with a setsid worker): the
+    leader's keeper is SIGKILLed, or frozen while its daemon resigns, or frozen with its
+    daemon, among daemon kills and freezes. Never two commands at once, none left after the run."""
+    kinds = ("keeper_sigkill", "keeper_sigstop", "both_sigstop", "sigkill", "sigstop", "sigterm")
+    # Two decks: one moves the command too few times (faults on followers do not).
+    result = run(Settings(backend="sqlite", duration=CAP, decks=2, supervise=True, faults=kinds))
+    injected = result.injected()
+    assert all(injected.get(kind) for kind in kinds), injected
+    assert result.extra["commands_started"] >= len(kinds), result.extra
     assert result.violations.total == 0, summary(result)
 
 
@@ -89,19 +108,3 @@ def test_checker_catches_an_engine_that_does_not_self_fence() -> None:
     stale = next(v for v in result.violations.listed if v["kind"] == "stale_leader")
     assert stale["stale"]["term"] < stale["seen_before"]["term"]
     assert stale["stale"]["node"] != stale["seen_before"]["node"]
-
-
-@pytest.mark.chaos
-@pytest.mark.slow
-@pytest.mark.timeout(TIMEOUT)
-def test_supervised_commands_survive_chaos() -> None:
-    """Every daemon runs `run -- tests/chaos/command.py` (a command with a setsid worker): the
-    leader's keeper is SIGKILLed, or frozen while its daemon resigns, or frozen with its
-    daemon, among daemon kills and freezes. Never two commands at once, none left after the run."""
-    kinds = ("keeper_sigkill", "keeper_sigstop", "both_sigstop", "sigkill", "sigstop", "sigterm")
-    # Two decks: one moves the command too few times (faults on followers do not).
-    result = run(Settings(backend="sqlite", duration=CAP, decks=2, supervise=True, faults=kinds))
-    injected = result.injected()
-    assert all(injected.get(kind) for kind in kinds), injected
-    assert result.extra["commands_started"] >= len(kinds), result.extra
-    assert result.violations.total == 0, summary(result)
