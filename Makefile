@@ -2,7 +2,7 @@
 #   make run    leaderd on its embedded default (SQLite), in the foreground
 #   make test   everything CI checks: installs what it needs, lint, types, the whole test suite
 #               (the fast lane first, so a broken rule shows in minutes; then all the rest,
-#               on four workers; the chaos runs last, two decks at a time)
+#               on three workers; the chaos runs last, two decks at a time)
 #   make test-fast  the fast lane alone: engine, rules, config, API, the contract on SQLite
 # Both work in a virtual environment (.venv), so they never touch the system Python
 # (Debian 12 and Ubuntu refuse `pip install` there: "externally managed environment").
@@ -34,9 +34,9 @@ lint: $(PYTHON)
 	$(PYTHON) -m mypy
 
 # On two cores: the fast lane is busy on the CPU and gets two workers; the rest mostly waits
-# on real daemons, servers and ttls (a quarter of the CPU still idle with three workers) and
-# gets four. A test that judges an order of events must force it, so another worker cannot
-# make it fail. Every
+# on real daemons, servers and ttls (half the CPU idle with two workers) and gets three; a
+# fourth made the lane slower (every test's daemons then wait for a core). A test that judges
+# an order of events must force it, so a third worker cannot make it fail. Every
 # fixture is per process (free ports, its own temporary directories), so the workers share
 # nothing but the machine. The rest goes a test file to each worker at a time (a file's
 # fixtures start once); the fast lane test by test, since schemathesis gives all its cases one
@@ -47,7 +47,7 @@ lint: $(PYTHON)
 # The rest's longest files start first (tests/support/schedule.py), so none starts last and
 # runs on alone: --no-loadscope-reorder keeps that order, not pytest-xdist's (most tests first).
 FAST := -m fast -n 2 --dist load
-REST := -m "not fast and not chaos" -n 4 --dist loadfile --no-loadscope-reorder
+REST := -m "not fast and not chaos" -n 3 --dist loadfile --no-loadscope-reorder
 
 test: deps lint
 	$(PYTEST) $(FAST)

@@ -58,7 +58,8 @@ async def blocked(other: Any, election: str, count: int = 1) -> None:
         "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
         "AND objsubid = 1 AND ((classid::int8 << 32) | objid::int8) = $1"
     )
-    for _ in range(500):
+    give_up = asyncio.get_running_loop().time() + 30
+    while asyncio.get_running_loop().time() < give_up:
         if await other.fetchval(sql, advisory_key(election)) >= count:
             return
         await asyncio.sleep(0.01)
