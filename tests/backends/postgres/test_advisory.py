@@ -53,7 +53,9 @@ async def lock_pids(conn: Any, election: str) -> list[int]:
 
 async def blocked(other: Any, election: str, count: int = 1) -> None:
     """Wait until ``count`` sessions wait for the election's lock (a loaded machine may take
-    a while to open a waiter's session)."""
+    a while to open a waiter's session). A waiter is asked with the engine's ``min_term``
+    (its high-water + 1): without it, the NOTIFY of the holder's own acquisition, delivered
+    once the wait began, ends the wait as news of a new leader."""
     sql = (
         "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
         "AND objsubid = 1 AND ((classid::int8 << 32) | objid::int8) = $1"
@@ -121,7 +123,9 @@ async def test_by_default_a_waiter_waits_out_a_terminated_holders_lease(
         # Before A's claim: its lease runs from the claim's commit, which comes later.
         t0 = time.monotonic()
         mine = await ask(a, e, A, ttl=ttl, timeout=5)
-        waiter = asyncio.create_task(ask(b, e, B, ttl=ttl, timeout=10, wait=5))
+        waiter = asyncio.create_task(
+            ask(b, e, B, ttl=ttl, timeout=10, wait=5, min_term=mine.term + 1)
+        )
         await blocked(other, e, 1)
         await other.execute("SELECT pg_terminate_backend($1)", session_pid(a, e))
         pending = await asyncio.wait_for(waiter, 2)
@@ -154,7 +158,9 @@ async def test_a_holder_whose_session_ended_renews_even_if_a_standby_got_the_loc
     u, e = url(pg_server), unique()
     async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
         mine = await ask(a, e, A, ttl=15, timeout=5)
-        waiter = asyncio.create_task(ask(b, e, B, ttl=15, timeout=10, wait=5))
+        waiter = asyncio.create_task(
+            ask(b, e, B, ttl=15, timeout=10, wait=5, min_term=mine.term + 1)
+        )
         await blocked(other, e, 1)
         await other.execute("SELECT pg_terminate_backend($1)", session_pid(a, e))
         pending = await asyncio.wait_for(waiter, 2)  # the standby had the lock first
@@ -168,7 +174,7 @@ async def test_a_holder_whose_session_ended_renews_even_if_a_standby_got_the_loc
 async def queued_hand_over(a: Any, b: Any, other: Any, e: str) -> int:
     """A holds, B waits in the lock queue, A releases: B claims at once, term + 1 (its term)."""
     mine = await ask(a, e, A, ttl=15, timeout=5)
-    waiter = asyncio.create_task(ask(b, e, B, ttl=15, timeout=10, wait=5))
+    waiter = asyncio.create_task(ask(b, e, B, ttl=15, timeout=10, wait=5, min_term=mine.term + 1))
     await blocked(other, e, 1)
     await release(a, e, A, mine.term)
     theirs = await asyncio.wait_for(waiter, 2)
@@ -283,8 +289,10 @@ async def test_a_standby_keeps_its_lock_session_through_rounds_that_time_out(
 async def test_a_cancelled_waiter_leaves_the_lock_queue(pg_server: PgServer) -> None:
     u, e = url(pg_server, application_name="leaderd-cancel-test"), unique()
     async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
-        await ask(a, e, A, ttl=15, timeout=5)
-        waiter = asyncio.create_task(ask(b, e, B, ttl=15, timeout=10, wait=5))
+        mine = await ask(a, e, A, ttl=15, timeout=5)
+        waiter = asyncio.create_task(
+            ask(b, e, B, ttl=15, timeout=10, wait=5, min_term=mine.term + 1)
+        )
         await blocked(other, e, 1)
         assert await other.fetchval(WAITING_FOR_A_LOCK, "leaderd-cancel-test") == 1
         waiter.cancel()
@@ -404,7 +412,11 @@ async def test_a_release_commits_before_the_lock_is_freed(pg_server: PgServer) -
                 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.holder IS NULL)
                 EXECUTE FUNCTION {table}_slow();
         """)
-        waiter = asyncio.create_task(ask(b, e, B, ttl=15, timeout=10, wait=5))
+        # Knowing mine.term, as the engine's standby would (min_term: its high-water + 1):
+        # else the NOTIFY of that term, delivered once the wait began, ends the wait early.
+        waiter = asyncio.create_task(
+            ask(b, e, B, ttl=15, timeout=10, wait=5, min_term=mine.term + 1)
+        )
         await blocked(other, e, 1)
         await release(a, e, A, mine.term)
         theirs = await asyncio.wait_for(waiter, 3)
@@ -441,7 +453,9 @@ async def test_a_reused_pid_is_not_taken_for_the_holders_session(pg_server: PgSe
     u = pg_server.dsn(scheme="postgresql+advisory", table=table)
     async with opened(u, e) as a, opened(u, e) as b, opened(u, e) as c, admin(pg_server) as other:
         mine = await ask(a, e, A, ttl=15, timeout=5)
-        waiter = asyncio.create_task(ask(b, e, B, ttl=15, timeout=10, wait=5))
+        waiter = asyncio.create_task(
+            ask(b, e, B, ttl=15, timeout=10, wait=5, min_term=mine.term + 1)
+        )
         await blocked(other, e, 1)
         await other.execute("SELECT pg_terminate_backend($1)", session_pid(a, e))
         pending = await asyncio.wait_for(waiter, 2)
