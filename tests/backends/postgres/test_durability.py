@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from leaderd.backends import Backend, BackendUnavailable, Candidate, backend_from_url
 from tests.backends.postgres.helpers import opened, unique
 from tests.support.backend_calls import ask, release
-from tests.support.pgserver import PASSWORD, PASSWORD_USER, PgServer
+from tests.support.pgserver import PASSWORD, PASSWORD_USER, PgServer, PgServerError
 
 pytestmark = pytest.mark.postgres
 
@@ -142,9 +143,10 @@ async def test_a_standby_in_recovery_is_refused(
     e, table = unique(), unique("t")
     async with opened(pg_server.dsn(scheme=scheme, table=table), e) as a:
         lease = await ask(a, e, A, ttl=15, timeout=5)
-    for _ in range(100):  # replicated: a follower reading the standby would see it
-        if standby.psql(f"SELECT count(*) FROM {table}") == "1":
-            break
+    for _ in range(600):  # replicated: a follower reading the standby would see it
+        with contextlib.suppress(PgServerError):  # the table itself not replayed yet
+            if standby.psql(f"SELECT count(*) FROM {table}") == "1":
+                break
         await asyncio.sleep(0.05)
     assert lease.held_by(A)
     await _refused(standby.dsn(scheme=scheme, table=table), e, "is a standby in recovery")
