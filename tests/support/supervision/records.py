@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import os
 import signal
@@ -34,6 +35,18 @@ def record_path(workdir: str) -> str:
 
 def lock_path(workdir: str) -> str:
     return os.path.join(workdir, "lock")
+
+
+def lock_free(workdir: str) -> bool:
+    """No process of any job holds the jobs' lock: a job starting now would not say "busy"."""
+    fd = os.open(lock_path(workdir), os.O_RDWR | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # drops the lock again, if it was taken
+    return True
 
 
 def events(workdir: str, what: str | None = None) -> list[Event]:
