@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
+
+from leaderd.api.client import UnixConnection
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -132,19 +133,6 @@ class Daemon:
                 return
             time.sleep(0.05)
         raise AssertionError(f"{self.node_id} not ready after {timeout}s:\n{self.log()}")
-
-
-class UnixConnection(http.client.HTTPConnection):
-    """http.client over a Unix socket: one request per connection, as curl makes it."""
-
-    def __init__(self, socket_path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self.socket_path = socket_path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.socket_path)
 
 
 def ask_text(
