@@ -24,7 +24,6 @@ WEIGHTS = {
     "deploy/test_image.py": 68,  # and a first build of the image: about a minute
     "process/test_priority.py": 66,
     "process/test_switchover.py": 65,
-    "process/test_early_signals.py": 64,
     "process/test_members.py": 58,
     "backends/kubernetes/test_faults.py": 57,
     "process/test_health.py": 56,
@@ -37,6 +36,7 @@ WEIGHTS = {
     "deploy/test_balancers.py": 41,
     "examples/test_examples.py": 35,
     "process/test_commands.py": 33,
+    "process/test_early_signals.py": 25,
     "supervisor/test_last_guard.py": 33,
     "backends/test_contract.py": 33,
     "supervisor/test_keeper.py": 31,
