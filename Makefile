@@ -15,6 +15,11 @@ PYTHON := $(VENV)/bin/python
 # The 25 slowest tests in every log: where the suite's time goes.
 PYTEST := $(PYTHON) -m pytest -ra --durations=25
 
+# Bytecode is cached: with PYTHONDONTWRITEBYTECODE (set in some CI images), every pytest
+# worker rewrote and compiled every test module again (8 s of CPU per worker and lane, two
+# thirds of its collection), and every test daemon compiled the leaderd modules it imports.
+unexport PYTHONDONTWRITEBYTECODE
+
 # The venv is made once; `python3 -m venv` needs Debian's python3-venv, installed here if missing.
 $(PYTHON):
 	SYSTEM_PYTHON=$(SYSTEM_PYTHON) VENV=$(VENV) bash .ci/make-venv.sh

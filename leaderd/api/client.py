@@ -18,7 +18,9 @@ class Unreachable(OSError):
     """No daemon answers on the socket (exit code 3)."""
 
 
-class _UnixConnection(http.client.HTTPConnection):
+class UnixConnection(http.client.HTTPConnection):
+    """http.client over a Unix socket (one request per connection)."""
+
     def __init__(self, path: str, timeout: float | None) -> None:
         super().__init__("localhost", timeout=timeout)
         self._path = path
@@ -44,7 +46,7 @@ def request(
 ) -> tuple[int, Any]:
     """One request; (status code, decoded JSON body). Raise Unreachable if nobody answers
     within ``timeout`` seconds (a frozen daemon accepts, then never answers)."""
-    conn = _UnixConnection(socket_path, timeout)
+    conn = UnixConnection(socket_path, timeout)
     try:
         conn.request(method, path, headers={"Accept": "application/json"})
         response = conn.getresponse()
@@ -61,7 +63,7 @@ def stream(
 ) -> Iterator[tuple[int, Any]]:
     """Follow an NDJSON stream: yields (status code, decoded line) until the daemon ends it.
     ``timeout`` bounds the wait for the first answer; then a quiet stream is no failure."""
-    conn = _UnixConnection(socket_path, timeout)
+    conn = UnixConnection(socket_path, timeout)
     try:
         conn.request("GET", path, headers={"Accept": "application/x-ndjson"})
         response = conn.getresponse()

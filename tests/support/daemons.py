@@ -1,11 +1,15 @@
 """Real leaderd processes for process tests, benchmarks and the chaos harness.
 
 Each Daemon is `python -m leaderd run ...` in its own session, with its log in a
-file, queried over its Unix socket exactly as users do (`curl --unix-socket`).
+file, queried over its Unix socket. The tests' polls ask in process (`ask`): a `curl` run
+per poll cost about 12 ms of CPU, and the process tests poll tens of times a second, so curl
+took a third of their CPU. The tests that show a user's own commands run curl itself
+(`curl`): the CLI, the container image, the socket's permissions.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -17,6 +21,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
+
+from leaderd.api.client import UnixConnection
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -107,11 +113,11 @@ class Daemon:
             return ""
 
     def get(self, path: str, timeout: float = 5.0) -> tuple[int, Any]:
-        """GET over the Unix socket with curl, as a user would: (status code, JSON body)."""
-        return curl(self.socket, path, timeout=timeout)
+        """GET over the Unix socket: (status code, JSON body); (0, None) if nobody answers."""
+        return ask(self.socket, path, timeout=timeout)
 
     def post(self, path: str, timeout: float = 5.0) -> tuple[int, Any]:
-        return curl(self.socket, path, method="POST", timeout=timeout)
+        return ask(self.socket, path, method="POST", timeout=timeout)
 
     def is_leader(self) -> bool | None:
         """True/False from /leader; None when the daemon does not answer."""
@@ -127,6 +133,29 @@ class Daemon:
                 return
             time.sleep(0.05)
         raise AssertionError(f"{self.node_id} not ready after {timeout}s:\n{self.log()}")
+
+
+def ask_text(
+    socket_path: str, path: str, *, method: str = "GET", timeout: float = 5.0
+) -> tuple[int, str]:
+    """(status code, body) asked in process; (0, "") if nobody answers in ``timeout``."""
+    connection = UnixConnection(socket_path, timeout)
+    try:
+        connection.request(method, path)
+        response = connection.getresponse()
+        return response.status, response.read().decode(errors="replace")
+    except (OSError, http.client.HTTPException):
+        return 0, ""
+    finally:
+        connection.close()
+
+
+def ask(
+    socket_path: str, path: str, *, method: str = "GET", timeout: float = 5.0
+) -> tuple[int, Any]:
+    """(status code, JSON body) asked in process; (0, None) if nobody answers."""
+    code, body = ask_text(socket_path, path, method=method, timeout=timeout)
+    return code, json.loads(body) if body.strip() else None
 
 
 def curl(
@@ -161,10 +190,8 @@ def wait_for(
 
 def metric(daemon: Daemon, name: str) -> float:
     """The sum of the samples whose line starts with ``name`` on the daemon's /metrics."""
-    out = subprocess.run(
-        ["curl", "-sS", "--unix-socket", daemon.socket, "http://localhost/metrics"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+    code, out = ask_text(daemon.socket, "/metrics")
+    assert code == 200, f"/metrics answered {code}"
     values = [float(line.split()[-1]) for line in out.splitlines() if line.startswith(name)]
     return sum(values)
 

@@ -2,6 +2,8 @@
 
 An inotify watch on the lease file's directory (every commit appends to the -wal file)
 makes a short burst of ``PRAGMA data_version`` reads; a changed version wakes the waiters.
+Only writes to the lease file's own files count: a log file beside it (a debug log writes
+many lines a second) would otherwise keep every watcher in its burst.
 Without inotify, ``data_version`` is polled every ``poll_interval``. A missed event only
 costs latency (the engine's rounds still run), never safety.
 """
@@ -14,6 +16,7 @@ import logging
 import os
 import pathlib
 import sqlite3
+import struct
 from contextlib import suppress
 
 from ...clock import boottime
@@ -22,6 +25,10 @@ from .host import persist_wal
 log = logging.getLogger(__name__)
 
 _IN_MODIFY = 0x2  # from <sys/inotify.h>
+_IN_Q_OVERFLOW = 0x4000  # events were lost: any of them may have been a commit
+_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then the name
+# The files a commit writes: the WAL, or the file itself (a checkpoint, or no WAL).
+_WRITTEN_BY_COMMITS = ("", "-wal", "-journal")
 # Without an inotify event, look anyway this often (a missed event only costs latency).
 _IDLE_POLL_INTERVAL = 0.5
 # After a write, poll fast this long: the commit becomes visible once its fsync completes.
@@ -79,7 +86,7 @@ class CommitWatcher:
             if conn is None:
                 return  # waiters still wake on their timeout, and their reads report errors
             written = asyncio.Event()
-            watch = _watch_writes(os.path.dirname(self.path), written)
+            watch = _watch_writes(self.path, written)
             try:
                 await self._poll_versions(conn, written, armed, fast=watch is None)
             finally:
@@ -144,26 +151,47 @@ def _read_write_uri(path: str) -> str:
     return pathlib.PurePosixPath(path).as_uri() + "?mode=rw"
 
 
-def _watch_writes(directory: str, written: asyncio.Event) -> int | None:
-    """An inotify descriptor that sets ``written`` on any write in ``directory``; None
-    where inotify is unavailable (then: poll)."""
+def _watch_writes(path: str, written: asyncio.Event) -> int | None:
+    """An inotify descriptor that sets ``written`` on a write to the SQLite file at ``path``
+    or its journal; None where inotify is unavailable (then: poll). It watches the directory:
+    the -wal file may not exist yet, and may be made anew."""
     libc = ctypes.CDLL(None, use_errno=True)
     init = getattr(libc, "inotify_init1", None)
     fd = -1 if init is None else int(init(os.O_NONBLOCK | os.O_CLOEXEC))
     if fd < 0:
         return None
-    if libc.inotify_add_watch(fd, os.fsencode(directory), _IN_MODIFY) < 0:
+    if libc.inotify_add_watch(fd, os.fsencode(os.path.dirname(path)), _IN_MODIFY) < 0:
         os.close(fd)
         return None
-    asyncio.get_running_loop().add_reader(fd, _drain, fd, written)
+    asyncio.get_running_loop().add_reader(fd, _drain, fd, written, _commit_files(path))
     return fd
 
 
-def _drain(fd: int, written: asyncio.Event) -> None:
+def _commit_files(path: str) -> frozenset[bytes]:
+    name = os.fsencode(os.path.basename(path))
+    return frozenset(name + suffix.encode() for suffix in _WRITTEN_BY_COMMITS)
+
+
+def _drain(fd: int, written: asyncio.Event, names: frozenset[bytes]) -> None:
+    heard = False
     with suppress(BlockingIOError):
-        while os.read(fd, 4096):
-            pass
-    written.set()
+        while events := os.read(fd, 4096):
+            heard = _names_one_of(events, names) or heard
+    if heard:
+        written.set()
+
+
+def _names_one_of(events: bytes, names: frozenset[bytes]) -> bool:
+    """Whether any inotify event in ``events`` (whole events, as read() returns them) is a
+    write to one of ``names``, or says that events were lost."""
+    offset = 0
+    while offset + _EVENT.size <= len(events):
+        _, mask, _, length = _EVENT.unpack_from(events, offset)
+        start = offset + _EVENT.size
+        if mask & _IN_Q_OVERFLOW or events[start : start + length].rstrip(b"\0") in names:
+            return True
+        offset = start + length
+    return False
 
 
 def _data_version(conn: sqlite3.Connection) -> int | None:
