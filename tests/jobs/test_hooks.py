@@ -125,16 +125,13 @@ def test_a_demote_hook_that_cannot_fit_between_renewals_is_refused_at_start(
 # deadline (the daemon judges is_leader from its deadline at each answer), with no reading of
 # the deadline by the test that a slow answer could skew.
 ASKING_HOOK = """
-import json, os, socket, sys
+import os, sys
+from leaderd.api.client import request
 def note(text):
     fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.write(fd, (text + "\\n").encode())
 note("started %s %s" % (os.environ["LEADERD_ROLE"], os.environ["LEADERD_REASON"]))
-with socket.socket(socket.AF_UNIX) as s:
-    s.connect(sys.argv[2])
-    s.sendall(b"GET /leader HTTP/1.0\\r\\nHost: localhost\\r\\n\\r\\n")
-    answer = b"".join(iter(lambda: s.recv(65536), b""))
-note("answered %s" % json.loads(answer.split(b"\\r\\n\\r\\n", 1)[1])["role"])
+note("answered %s" % request(sys.argv[2], "GET", "/leader")[1]["role"])
 """
 
 
