@@ -135,9 +135,19 @@ note("answered %s" % request(sys.argv[2], "GET", "/leader")[1]["role"])
 """
 
 
+def signal_server(pg: PgServer, sig: signal.Signals) -> None:
+    """Signal the server's postmaster and every backend of it (SIGSTOP: nothing answers)."""
+    postmaster = pg.postmaster_pid()
+    backends = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True, text=True,
+                              check=False).stdout.split()  # fmt: skip
+    for pid in [postmaster, *map(int, backends)]:
+        os.kill(pid, sig)
+
+
 @pytest.mark.postgres
+@pytest.mark.parametrize("gone", ["stopped", "frozen"])
 def test_the_demote_hook_is_done_before_the_deadline_when_the_backend_goes_away(
-    workdir: str, pg: PgServer
+    workdir: str, pg: PgServer, gone: str
 ) -> None:
     table = f"hooks_{uuid.uuid4().hex[:8]}"
     with open(os.path.join(workdir, "asking.py"), "w") as f:
@@ -150,7 +160,10 @@ def test_the_demote_hook_is_done_before_the_deadline_when_the_backend_goes_away(
     a = Daemon("node-a", pg.dsn(table=table), workdir=workdir, ttl=6, extra_args=args).start()
     a.wait_ready()
     wait_for(lambda: len(runs(workdir)) == 1, timeout=10, what="the elected hook")
-    pg.stop()  # every renewal fails from now on
+    if gone == "stopped":
+        pg.stop()  # every renewal fails from now on
+    else:
+        signal_server(pg, signal.SIGSTOP)  # every renewal hangs unanswered from now on
     try:
         ended = re.compile(r"on_demoted hook .*\): (.*)$", re.MULTILINE)
         try:
@@ -165,6 +178,8 @@ def test_the_demote_hook_is_done_before_the_deadline_when_the_backend_goes_away(
         assert seen[1:] == ["answered leader"], (seen, a.log())
     finally:
         a.kill()
+        if gone == "frozen":
+            signal_server(pg, signal.SIGCONT)
         pg.ensure_running()
         pg.psql(f"DROP TABLE IF EXISTS {table}, {table}_members, {table}_history")
         pg.psql(f"DROP FUNCTION IF EXISTS {table}_fence(text, bigint)")
