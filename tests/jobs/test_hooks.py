@@ -5,6 +5,7 @@ before the lease can expire when the backend (the suite's real PostgreSQL) goes 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -119,26 +120,66 @@ def test_a_demote_hook_that_cannot_fit_between_renewals_is_refused_at_start(
     assert "hook_timeout (1.5s) must be less than" in done.stderr
 
 
+# The demote hook below notes its start (role, reason), then, once its work is done, asks the
+# daemon itself: a "leader" answer, produced after that end, puts the end before the lease
+# deadline (the daemon judges is_leader from its deadline at each answer), with no reading of
+# the deadline by the test that a slow answer could skew.
+ASKING_HOOK = """
+import os, sys
+from leaderd.api.client import request
+def note(text):
+    fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(fd, (text + "\\n").encode())
+note("started %s %s" % (os.environ["LEADERD_ROLE"], os.environ["LEADERD_REASON"]))
+note("answered %s" % request(sys.argv[2], "GET", "/leader")[1]["role"])
+"""
+
+
+def signal_server(pg: PgServer, sig: signal.Signals) -> None:
+    """Signal the server's postmaster and every backend of it (SIGSTOP: nothing answers)."""
+    postmaster = pg.postmaster_pid()
+    backends = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True, text=True,
+                              check=False).stdout.split()  # fmt: skip
+    for pid in [postmaster, *map(int, backends)]:
+        os.kill(pid, sig)
+
+
 @pytest.mark.postgres
+@pytest.mark.parametrize("gone", ["stopped", "frozen"])
 def test_the_demote_hook_is_done_before_the_deadline_when_the_backend_goes_away(
-    workdir: str, pg: PgServer
+    workdir: str, pg: PgServer, gone: str
 ) -> None:
     table = f"hooks_{uuid.uuid4().hex[:8]}"
-    a = hooked(workdir, "node-a", pg.dsn(table=table), "--hook-timeout", "1", demote=0.3)
+    with open(os.path.join(workdir, "asking.py"), "w") as f:
+        f.write(ASKING_HOOK)
+    notes, sock = os.path.join(workdir, "notes"), os.path.join(workdir, "node-a.sock")
+    # The hook's own time (an interpreter's start on a loaded machine, then one answer) must
+    # fit its timeout, or it is killed at the deadline, rightly: a ttl with room for 4 s.
+    args = ("--on-elected", hook(workdir, "elected"), "--hook-timeout", "4",
+            "--on-demoted", f"{sys.executable} {workdir}/asking.py {notes} {sock}")  # fmt: skip
+    a = Daemon("node-a", pg.dsn(table=table), workdir=workdir, ttl=6, extra_args=args).start()
+    a.wait_ready()
     wait_for(lambda: len(runs(workdir)) == 1, timeout=10, what="the elected hook")
-    pg.stop()  # every renewal fails from now on
+    if gone == "stopped":
+        pg.stop()  # every renewal fails from now on
+    else:
+        signal_server(pg, signal.SIGSTOP)  # every renewal hangs unanswered from now on
     try:
-        time.sleep(0.3)
-        asked = time.clock_gettime(time.CLOCK_BOOTTIME)
-        status = a.get("/leader")[1]
-        deadline = asked + status["lease"]["valid_for_ms"] / 1000
-        demoted = wait_for(lambda: len(runs(workdir)) >= 2 and runs(workdir)[1], timeout=10,
-                           what="the demote hook")  # fmt: skip
-        assert demoted[:3] == ["demoted", "node-a", "follower"], demoted
-        assert demoted[7].startswith("lease deadline in"), demoted
-        assert float(demoted[6]) < deadline, (demoted, deadline)  # done before the deadline
+        ended = re.compile(r"on_demoted hook .*\): (.*)$", re.MULTILINE)
+        try:
+            outcome = wait_for(lambda: ended.search(a.log()), timeout=30, what="the demote hook")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; node-a's log:\n{a.log()}") from None
+        assert outcome[1] == "done", a.log()  # not killed at the deadline, not failed
+        with open(notes) as f:
+            seen = f.read().splitlines()
+        # Started for the coming deadline, done while the node still led: before the deadline.
+        assert seen[0].startswith("started follower lease deadline in"), (seen, a.log())
+        assert seen[1:] == ["answered leader"], (seen, a.log())
     finally:
         a.kill()
+        if gone == "frozen":
+            signal_server(pg, signal.SIGCONT)
         pg.ensure_running()
         pg.psql(f"DROP TABLE IF EXISTS {table}, {table}_members, {table}_history")
         pg.psql(f"DROP FUNCTION IF EXISTS {table}_fence(text, bigint)")
