@@ -109,6 +109,20 @@ class Keys:
     def list_candidates(self) -> dict[str, Any]:
         return _range(self.candidates)
 
+    def read_ended(self, term: int) -> dict[str, Any]:
+        return {"request_range": {"key": b64(self.ended(term))}}
+
+    def released_in(self, answer: Any, term: int) -> bool:
+        """Whether ``answer``'s ranges hold ``term``'s end record, put by its release (a
+        lost term's record comes later, from its holder's next round: no release)."""
+        key = self.ended(term)
+        for r in answer.get("responses", []):
+            for kv in r.get("response_range", {}).get("kvs") or []:
+                if unb64(kv.get("key", "")).decode(errors="replace") == key:
+                    record = orjson.loads(unb64(kv.get("value", "")))
+                    return bool(record.get("end_reason") != EndReason.LOST_BACKEND)
+        return False
+
     def lost(self, term: int) -> dict[str, Any]:
         return _put(self.ended(term), {"end_reason": EndReason.LOST_BACKEND, "ended_at": None})
 
