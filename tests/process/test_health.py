@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.process.test_members import url  # noqa: F401 - every backend's URL
-from tests.support.daemons import Daemon, history, leaderd_cli, leaders, metric, wait_for
+from tests.support.daemons import Daemon, end_of, leaderd_cli, leaders, metric, wait_for
 from tests.support.etcd_fixtures import etcd_cluster  # noqa: F401 - the etcd URL's fixture
 from tests.support.pg_fixtures import pg_server  # noqa: F401 - the PostgreSQL URLs' fixture
 from tests.support.referee import Referee
@@ -72,8 +72,8 @@ def test_a_leader_whose_check_fails_hands_over_to_a_healthy_standby(
                         and not m["campaigning"] and m, timeout=SLACK,
                         what="the old leader listed unhealthy, not campaigning")  # fmt: skip
         assert sick["health"] == f"exec:test -e {workdir}/{leader.node_id}.ok: exit status 1"
-        [ended] = [r for r in history(other, 3) if r[0] == term]
         why = f"exec:test -e {workdir}/{leader.node_id}.ok: exit status 1"
+        ended = end_of(other, term, SLACK)
         assert ended == (term, leader.node_id, f"handed over: leader unhealthy ({why})")
         status = leader.get("/status")[1]
         [check] = status["checks"]

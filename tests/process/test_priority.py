@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tests.process.test_switchover_any_node import granting  # noqa: F401 - backends that grant
-from tests.support.daemons import Daemon, leaders, wait_for
+from tests.support.daemons import Daemon, end_of, leaders, wait_for
 from tests.support.etcd_fixtures import etcd_cluster  # noqa: F401 - the etcd URL's fixture
 from tests.support.pg_fixtures import pg_server  # noqa: F401 - the PostgreSQL URLs' fixture
 from tests.support.referee import Referee
@@ -103,9 +103,8 @@ def test_failback_hands_back_to_a_higher_priority_standby(
         if failback:
             wait_for(b.is_leader, 1.0 + TTL + SLACK, what="the failback")
             term = b.get("/leader")[1]["term"]
-            ended = [r for r in b.get("/history?limit=3")[1]["records"] if r["term"] < term]
-            assert ended[0]["end_reason"] in ("handed over to node-b",
-                                              "handed over: failback to node-b")  # fmt: skip
+            assert end_of(b, term - 1)[2] in ("handed over to node-b",
+                                             "handed over: failback to node-b")  # fmt: skip
         else:
             time.sleep(1.0 + TTL)
             assert leaders([a, b]) == [a]

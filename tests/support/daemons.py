@@ -206,6 +206,14 @@ def history(d: Daemon, limit: int) -> list[tuple[int, str, str | None]]:
     return [(r["term"], r["holder"], r["end_reason"]) for r in records]
 
 
+def end_of(d: Daemon, term: int, timeout: float = 10.0) -> tuple[int, str, str | None]:
+    """``term``'s record in d's /history once it tells how the term ended. The engine reads
+    the history again after the holder changes: an answer at that moment may predate it."""
+    found = wait_for(lambda: [r for r in history(d, 3) if r[0] == term and r[2]], timeout,
+                     what=f"the end of term {term} in {d.node_id}'s history")  # fmt: skip
+    return found[0]  # type: ignore[no-any-return]
+
+
 def released_to(new: Daemon, leader: Daemon, term: int, timeout: float) -> None:
     """A hand-over at once: ``leader``'s ``term`` ended with its release and ``new`` holds
     the next one. Had the release failed, the term would have ended "expired" (or "taken

@@ -95,5 +95,7 @@ def resign_with_the_release_held(
         proxied.run(proxied.proxy.held.wait())  # the release reached the server, late
         wait_for(b.is_leader, timeout=TTL * 3, what="node-b to lead")
         wait_for(lambda: not a.is_leader(), timeout=TTL * 2, what="node-a to step down")
+        # The referee judges the new term too, not only the hand-over up to it.
+        wait_for(lambda: max(referee.terms, default=0) > term, timeout=TTL,
+                 what="the referee to see the new term")  # fmt: skip
     assert b.get("/leader")[1]["term"] > term
-    assert max(referee.terms) > term
