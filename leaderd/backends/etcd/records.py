@@ -119,8 +119,7 @@ class Keys:
         for r in answer.get("responses", []):
             for kv in r.get("response_range", {}).get("kvs") or []:
                 if unb64(kv.get("key", "")).decode(errors="replace") == key:
-                    record = orjson.loads(unb64(kv.get("value", "")))
-                    return bool(record.get("end_reason") != EndReason.LOST_BACKEND)
+                    return _a_release(kv)
         return False
 
     def lost(self, term: int) -> dict[str, Any]:
@@ -151,6 +150,16 @@ class Keys:
     def read_history(self, limit: int) -> list[dict[str, Any]]:
         newest = {"sort_order": "DESCEND", "sort_target": "KEY", "limit": limit}
         return [_range(f"{self.base}history/", **newest), _range(f"{self.base}ended/", **newest)]
+
+
+def _a_release(kv: dict[str, Any]) -> bool:
+    """Whether an end record says a release; one that is not leaderd's says nothing."""
+    try:
+        record = orjson.loads(unb64(kv.get("value", "")))
+    except ValueError:
+        return False
+    reason = record.get("end_reason") if isinstance(record, dict) else None
+    return isinstance(reason, str) and reason != EndReason.LOST_BACKEND
 
 
 def tenures(election: str, answer: Any) -> list[Tenure]:
