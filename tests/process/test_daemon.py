@@ -116,7 +116,7 @@ def test_sigkill_leader_is_replaced_within_ttl_plus_retry(cluster: list[Daemon])
     followers = [d for d in cluster if d is not leader]
     new = the_leader(followers)
     took = time.monotonic() - killed_at
-    # The contract bound, plus room for a busy 2-core machine and the curl polling.
+    # The contract bound, plus room for a busy 2-core machine and the polling.
     assert took <= TTL + RETRY + 1.5, took
     _, after = new.get("/leader")
     assert after["term"] == before["term"] + 1

@@ -76,7 +76,7 @@ def test_sigterm_hands_over_at_once(cluster: list[Daemon], scheme: str) -> None:
     new = the_leader(followers)
     took = time.monotonic() - t0
     assert leader.wait() == 0
-    print(f"\n{scheme}: SIGTERM -> new leader seen by curl polling in {took * 1000:.0f} ms")
+    print(f"\n{scheme}: SIGTERM -> new leader seen by polling in {took * 1000:.0f} ms")
     released_to(new, leader, before, TTL)
 
 
