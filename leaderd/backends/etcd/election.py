@@ -48,11 +48,16 @@ class EtcdElection:
     news: bool = False
     fence: Fence = field(default_factory=Fence)  # a deletion no release explained (fence.py)
 
+    @property
+    def known_holder(self) -> Holder | None:
+        """The holder that what is known names; None: free, or nothing known yet."""
+        return self.state.holder if self.state is not None else None
+
     def remember(self, state: State, released_by_known: bool = False) -> State:
         """Keep ``state`` unless what is known is newer; the state read, either way.
         ``released_by_known``: the same read holds the known holder's release record."""
         if self.state is None or state.revision >= self.state.revision:
-            known = self.state.holder if self.state is not None else None
+            known = self.known_holder
             # Its release, with no term since: the deletion is explained, as by the watch.
             if not (released_by_known and known is not None and state.term == known.term):
                 self.holder_went(state.holder, state.revision)

@@ -23,7 +23,7 @@ def read_txn(e: EtcdElection, ask: Round | None) -> dict[str, Any]:
     ranges = [{"request_range": {"key": b64(name)}} for name in (keys.leader, keys.term,
                                                                   keys.reserved)]  # fmt: skip
     # The known holder's end record: a read that finds its key gone can tell its release.
-    known = e.state.holder if e.state is not None else None
+    known = e.known_holder
     ended = [keys.read_ended(known.term)] if known is not None else []
     return {"success": [*ranges, *heard(e, ask, e.spare), keys.list_members(),
                         keys.list_candidates(), *ended]}  # fmt: skip

@@ -50,7 +50,7 @@ class EtcdView:
         e.heard_members(answer, ask.me if ask else None)
         e.heard_offers(answer)
         await self._prune(e, max(0.001, timeout / 2))
-        known = e.state.holder if e.state is not None else None
+        known = e.known_holder
         released = known is not None and e.keys.released_in(answer, known.term)
         return e.remember(state_of(answer), released_by_known=released)
 
