@@ -67,6 +67,21 @@ def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
         raise pytest.UsageError(f"--dist loadfile would run only one test of each of {shared}")
 
 
+_LOG_TAIL = 80  # lines of each daemon's log a failed test's report carries
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test's report carries the tail of each of its daemons' logs: CI keeps no
+    work directory, and a race that fails once in many runs must be readable from one."""
+    report = yield
+    if report.failed:
+        for daemon in Daemon.started:
+            tail = daemon.log().splitlines()[-_LOG_TAIL:]
+            report.sections.append((f"{daemon.node_id}'s log ({daemon.log_path})", "\n".join(tail)))
+    return report
+
+
 @pytest.fixture(autouse=True)
 def no_daemon_left_behind() -> Iterator[None]:
     """A test that fails half-way must not leave its daemons running."""

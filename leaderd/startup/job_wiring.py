@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from typing import TYPE_CHECKING
 
 from ..api.jobs import JobMetrics, job_body
-from ..backends.base import BackendError
-from ..backends.jobs import job_store_from_url
+from ..backends.base import BackendFatal, BackendUnavailable
+from ..backends.jobs import JobStore, job_store_from_url
 from ..supervision.once_per import OncePer
 
 if TYPE_CHECKING:
@@ -34,13 +35,28 @@ async def open_runner(
     assert job.once_per is not None
     store = job_store_from_url(config.backend)
     teardown.push_async_callback(store.close)
-    try:
-        await store.open()
-    except BackendError as exc:
-        log.error("cannot keep the record of run --once-per: %s", exc)
+    if not await _open(store, election.timing.retry_interval):
         return None
     runner = OncePer(job.command, election, store, period=job.once_per, catch_up=job.catch_up,
                      kill_grace=config.kill_grace, socket_path=socket_path)  # fmt: skip
     runner.on_run = JobMetrics(metrics.registry, election.name, runner).ran
     node.jobs[election.name] = lambda: job_body(runner)
     return runner
+
+
+async def _open(store: JobStore, retry_interval: float) -> bool:
+    """Open the store; a backend down at start is waited for, as the elections wait for it
+    (no job runs meanwhile: its start could not be recorded)."""
+    said = False
+    while True:
+        try:
+            await store.open()
+            return True
+        except BackendFatal as exc:
+            log.error("cannot keep the record of run --once-per: %s", exc)
+            return False
+        except BackendUnavailable as exc:
+            if not said:
+                log.warning("cannot open the record of run --once-per yet (%s); retrying", exc)
+                said = True
+            await asyncio.sleep(retry_interval)

@@ -31,6 +31,7 @@ from tests.support.daemons import (
     wait_for,
 )
 from tests.support.etcd_fixtures import etcd_cluster  # noqa: F401 - the fixture the etcd daemons use
+from tests.support.held_release import ProxyThread
 from tests.support.kube_fixtures import kube  # noqa: F401 - the fixture the kubernetes ones use
 from tests.support.pgserver import PgServer
 
@@ -262,3 +263,38 @@ def test_after_an_outage_the_job_runs_once_at_once_or_at_the_schedules_next_poin
 def test_once_per_misuse_is_refused_at_start(args: list[str], says: str, tmp_path: Path) -> None:
     done = leaderd_cli("run", "--socket", str(tmp_path / "s.sock"), *args)
     assert done.returncode == 2 and says in done.stderr, done.stderr
+
+
+@pytest.mark.postgres
+def test_a_backend_down_at_start_is_waited_for_and_the_job_runs_once_it_answers(
+    pg_server: PgServer,
+) -> None:
+    """The record's store cannot open while the server is unreachable: the daemon waits, as
+    its elections do, instead of exiting (two daemons that lost the race to create the
+    table exited so, and left no standby)."""
+    workdir = short_tempdir("ld-op-")
+    proxied = ProxyThread(pg_server.host, pg_server.port)
+    try:
+        proxied.run(_blackhole(proxied))
+        url = pg_server.dsn(table=f"down_{uuid.uuid4().hex[:8]}", connect_timeout="1")
+        url = url.replace(f":{pg_server.port}/", f":{proxied.proxy.port}/")
+        cluster = Cluster(workdir, url)
+        (d,) = [Daemon("node-a", url, workdir=workdir, ttl=TTL, command=cluster.command,
+                       extra_args=("--once-per", f"{PERIOD:g}s")).start()]  # fmt: skip
+        said = "cannot open the record of run --once-per yet"
+        wait_for(lambda: said in d.log() or not d.alive(), timeout=30, what="the store's failure")
+        assert d.alive(), d.log()
+        proxied.run(_heal(proxied))
+        (run,) = wait_for(cluster.runs, timeout=30, what="the first run")
+        assert run.node == "node-a" and d.alive()
+    finally:
+        proxied.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def _blackhole(proxied: ProxyThread) -> None:
+    proxied.proxy.blackhole()
+
+
+async def _heal(proxied: ProxyThread) -> None:
+    proxied.proxy.heal()

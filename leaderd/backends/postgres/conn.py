@@ -35,6 +35,13 @@ DRIVER_ERRORS = (
 # or schema (3F), privileges/undefined objects/syntax (42), bad parameter values (22).
 _FATAL_CLASSES = ("28", "3D", "3F", "42", "22")
 _READ_ONLY = "25006"  # read_only_sql_transaction: a standby, or default_transaction_read_only
+# What the loser of two daemons' CREATE ... IF NOT EXISTS gets: its check for the table
+# ran before the winner committed, its insert into the catalog after (or waited for it).
+_RACED_CREATE = (
+    asyncpg.DuplicateTableError,
+    asyncpg.DuplicateObjectError,
+    asyncpg.UniqueViolationError,
+)
 
 # One round trip when a writing session starts: refuse a server that cannot take a durable
 # write, and raise synchronous_commit to at least "on" (never lower a stronger remote_apply).
@@ -151,11 +158,7 @@ async def ensure_table(pg: PgSettings, conn: Any, create: str, columns: Mapping[
     table = pg.qualified_table
     have = await conn.fetchval(_COLUMNS, table)
     if have is None:
-        # Two daemons may race to create it; the loser sees the winner's table.
-        with contextlib.suppress(
-            asyncpg.DuplicateTableError, asyncpg.DuplicateObjectError, asyncpg.UniqueViolationError
-        ):
-            await conn.execute(create.format(t=table))
+        await create_if_missing(conn, create.format(t=table), table)
         return
     missing = [name for name in columns if name not in have]
     if not missing:
@@ -164,6 +167,16 @@ async def ensure_table(pg: PgSettings, conn: Any, create: str, columns: Mapping[
         f"ADD COLUMN IF NOT EXISTS {name} {columns[name]}" for name in missing
     )
     await alter_as_owner(pg, conn, alter, f"table {table} lacks the columns {', '.join(missing)}")
+
+
+async def create_if_missing(conn: Any, create: str, table: str) -> None:
+    """Run ``create``, a CREATE TABLE IF NOT EXISTS. Daemons that start together race to;
+    the loser's error is no error once the winner's table is there."""
+    try:
+        await conn.execute(create)
+    except _RACED_CREATE:
+        if not await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", table):
+            raise  # not a race: another object holds the name
 
 
 async def alter_as_owner(pg: PgSettings, conn: Any, alter: str, lacks: str) -> None:

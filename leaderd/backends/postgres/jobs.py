@@ -13,9 +13,9 @@ import asyncio
 import contextlib
 from typing import Any, Self
 
-from ..base import BackendUnavailable, Candidate
+from ..base import Candidate
 from ..jobs import JobRecord, JobStore, RunStatus
-from .conn import close_quietly, connect, request
+from .conn import close_quietly, connect, create_if_missing, request
 from .settings import PgSettings
 
 _TIMEOUT = 5.0
@@ -70,7 +70,8 @@ class PostgresJobStore(JobStore):
 
     def __init__(self, settings: PgSettings) -> None:
         self._pg = settings
-        names = {"t": settings.qualified_table, "j": f'"{settings.schema}"."{settings.table}_jobs"'}
+        self._table = f'"{settings.schema}"."{settings.table}_jobs"'
+        names = {"t": settings.qualified_table, "j": self._table}
         start = _START.replace("{held}", self.HELD)
         self._sql = {k: v.format(**names) for k, v in
                      {"create": CREATE, "read": _READ, "start": start, "finish": _FINISH,
@@ -83,10 +84,8 @@ class PostgresJobStore(JobStore):
         return cls(PgSettings.from_url(url, default_table=cls.DEFAULT_TABLE))
 
     async def open(self) -> None:
-        try:
-            await self._execute("creating the jobs table", "create")
-        except BackendUnavailable:  # two daemons raced to create it: it exists now
-            await self._execute("creating the jobs table", "create")
+        async with self._session("creating the jobs table") as conn:
+            await create_if_missing(conn, self._sql["create"], self._table)
 
     async def read(self, election: str) -> JobRecord:
         row = await self._fetchrow("reading the job record", "read", election)

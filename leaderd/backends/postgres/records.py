@@ -9,7 +9,6 @@ if missing; the lease table itself is untouched. Ages and times are the server's
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import re
 from typing import Any
@@ -19,7 +18,7 @@ import orjson
 
 from ..base import BackendFatal, Candidate
 from ..records import HISTORY_RETENTION, PRUNE_AFTER_TTLS, EndReason, Member, Tenure
-from .conn import alter_as_owner
+from .conn import alter_as_owner, create_if_missing
 from .settings import PgSettings
 
 _CREATE = """
@@ -172,15 +171,10 @@ def tables(pg: PgSettings) -> dict[str, str]:
 async def create(pg: PgSettings, conn: Any) -> None:
     """Create both tables if missing; two daemons may race to, the loser sees the winner's."""
     sql = _CREATE.format(**tables(pg))
-    raced = (
-        asyncpg.DuplicateTableError,
-        asyncpg.DuplicateObjectError,
-        asyncpg.UniqueViolationError,
-    )
     try:
-        for statement in sql.split(";"):  # one at a time: losing one race skips no other
-            with contextlib.suppress(*raced):
-                await conn.execute(statement)
+        # One at a time: losing the race for one skips no other.
+        for table, statement in zip(tables(pg).values(), sql.split(";"), strict=True):
+            await create_if_missing(conn, statement, table)
     except asyncpg.InsufficientPrivilegeError:
         raise BackendFatal(
             f"{pg.description}: leaderd keeps members and history in {tables(pg)['m']} and "
