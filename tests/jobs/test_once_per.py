@@ -24,6 +24,7 @@ import pytest
 
 from tests.support.daemons import (
     Daemon,
+    frozen_outside_a_write,
     history,
     leaderd_cli,
     leaders,
@@ -230,7 +231,7 @@ def test_after_an_outage_the_job_runs_once_at_once_or_at_the_schedules_next_poin
     first = cluster.fresh_run()
     leader = cluster.leader()
     (standby,) = (d for d in cluster.daemons if d is not leader)
-    standby.signal(signal.SIGSTOP)  # it cannot take over: an outage with no leader
+    frozen_outside_a_write(standby)  # it cannot take over: an outage with no leader
     cluster.stop(leader, signal.SIGTERM)
     # Two periods pass with no start; the schedule's next point would be first.at + 3 periods.
     time.sleep(max(0.0, first.at + 2.2 * period - time.time()))

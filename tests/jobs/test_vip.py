@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.daemons import Daemon, short_tempdir, wait_for
+from tests.support.daemons import Daemon, frozen_outside_a_write, short_tempdir, wait_for
 
 pytestmark = [
     pytest.mark.slow,
@@ -194,7 +194,7 @@ def test_a_virtual_ip_follows_the_leader_across_sigterm_sigkill_and_a_freeze(
         # Frozen: it can run no hook, so it keeps the address while another node takes over
         # after one ttl; it answers nothing meanwhile, and steps down once thawed.
         referee.phase = f"{first} frozen"
-        daemons[first].signal(signal.SIGSTOP)
+        frozen_outside_a_write(daemons[first])
         stopped.add(first)
         second = settled(net, daemons, reach=False)
         assert first in net.holders()

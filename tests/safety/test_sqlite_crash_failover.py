@@ -18,7 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.daemons import Daemon, end_of, leaders, short_tempdir, wait_for
+from tests.support.daemons import (
+    Daemon,
+    end_of,
+    frozen_outside_a_write,
+    leaders,
+    short_tempdir,
+    wait_for,
+)
 from tests.support.holder_lock import break_holder_lock
 from tests.support.referee import Referee
 
@@ -72,7 +79,7 @@ def test_a_frozen_holder_keeps_its_lease(workdir: str) -> None:
     (b,) = started("b", workdir)
     term = term_of(a)
     with Referee([a, b]):
-        a.signal(signal.SIGSTOP)
+        frozen_outside_a_write(a)  # not inside its own write, which would hold b off anyway
         try:
             nobody_else_leads([b], 4.0)  # b's rounds (every 0.25 s) find the lock held
         finally:

@@ -17,7 +17,7 @@ import signal
 
 import pytest
 
-from tests.support.daemons import wait_for
+from tests.support.daemons import frozen_outside_a_write, wait_for
 from tests.support.supervision.cluster import Cluster
 from tests.support.supervision.records import (
     alive,
@@ -46,8 +46,8 @@ def test_daemon_and_keeper_frozen_together_cannot_keep_the_job(contained: Cluste
     b = cluster.start("b")
     b.wait_ready()
     frozen = [a.pid, keeper_of(a.pid)]
-    for pid in frozen:
-        os.kill(pid, signal.SIGSTOP)
+    frozen_outside_a_write(a)  # inside one, it would hold b's takeover off until SIGCONT
+    os.kill(frozen[1], signal.SIGSTOP)
     try:
         came = wait_for(lambda: successor(cluster.workdir, first.term), 60, what="b's job")
         left = [pid for pid in (job, *workers) if alive(pid)]

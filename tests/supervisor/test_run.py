@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from tests.support.daemons import wait_for
+from tests.support.daemons import frozen_outside_a_write, wait_for
 from tests.support.supervision.cluster import Cluster, wait_dead
 from tests.support.supervision.records import (
     GRACE,
@@ -66,8 +66,8 @@ def test_frozen_daemon_cannot_keep_its_job_past_the_lease(cluster: Cluster) -> N
     a = cluster.start("a")
     first = cluster.next_start()
     cluster.start("b")
+    frozen_outside_a_write(a)  # the job runs on, unsupervised by leaderd
     frozen = time.monotonic()
-    os.kill(a.pid, signal.SIGSTOP)  # the job runs on, unsupervised by leaderd
     try:
         # The last renewal was sent before the freeze: the deadline is at most this.
         deadline = frozen + LEASE_WINDOW
@@ -92,7 +92,8 @@ def test_frozen_host_resumes_by_killing_its_job_at_once(cluster: Cluster) -> Non
     cluster.start("b")
     # Freeze the whole leader (a VM pause): the daemon, its keeper and everything under it.
     frozen_tree = tree(a.pid)
-    for pid in frozen_tree:
+    frozen_outside_a_write(a)  # inside one, it would hold b's takeover off until SIGCONT
+    for pid in frozen_tree[1:]:
         os.kill(pid, signal.SIGSTOP)
     frozen = time.monotonic()
     try:

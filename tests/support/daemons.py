@@ -241,3 +241,32 @@ def leaderd_cli(
         env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
         check=False,
     )
+
+
+def frozen_outside_a_write(daemon: Daemon) -> None:
+    """SIGSTOP ``daemon`` at a moment it holds no write lock on its SQLite file: frozen in
+    the middle of its own write (a heartbeat), it would hold off every other writer, the
+    leader's renewals too, until SIGCONT (docs/sqlite.md: a held lock fails closed)."""
+    for _ in range(200):
+        daemon.signal(signal.SIGSTOP)
+        if not writing(daemon):
+            return
+        daemon.signal(signal.SIGCONT)
+        time.sleep(0.005)
+    raise AssertionError(f"{daemon.node_id} was inside a SQLite write at every try")
+
+
+def writing(daemon: Daemon) -> bool:
+    """Whether ``daemon`` holds an exclusive lock on its SQLite file or the file's -shm (WAL
+    writers hold one there), read from /proc/locks; False for other backends."""
+    if not daemon.backend.startswith("sqlite:"):
+        return False
+    path = daemon.backend.removeprefix("sqlite://").split("?")[0]
+    inodes = {os.stat(name).st_ino for name in (path, path + "-shm") if os.path.exists(name)}
+    with open("/proc/locks") as locks:
+        for line in locks:
+            fields = line.split()  # 1: POSIX ADVISORY WRITE <pid> <maj:min:inode> <start> <end>
+            held = len(fields) >= 6 and fields[3] == "WRITE" and fields[4] == str(daemon.pid)
+            if held and int(fields[5].rsplit(":", 1)[1]) in inodes:
+                return True
+    return False

@@ -13,7 +13,15 @@ import sys
 import time
 from collections.abc import Sequence
 
-from tests.support.daemons import REPO, Daemon, history, leaders, only_leader_for, wait_for
+from tests.support.daemons import (
+    REPO,
+    Daemon,
+    frozen_outside_a_write,
+    history,
+    leaders,
+    only_leader_for,
+    wait_for,
+)
 from tests.support.referee import Referee
 
 
@@ -166,7 +174,7 @@ def fails_over_after_one_ttl_when_the_chosen_standby_is_stopped(
     before = term_of(leader)
     third, chosen = [d for d in daemons if d is not leader]
     listed_as_standby(leader, chosen.node_id, ttl)
-    chosen.signal(signal.SIGSTOP)
+    frozen_outside_a_write(chosen)
     try:
         with Referee([leader, third]) as referee:
             asked = time.monotonic()
@@ -211,7 +219,7 @@ def frozen_heir_is_taken_over(
     assert other.post(f"/resign?cooldown={ttl}")[0] == 200  # not campaigning for one ttl
     time.sleep(settle)
     with Referee(daemons):
-        heir.signal(signal.SIGSTOP)
+        frozen_outside_a_write(heir)
         t0 = time.monotonic()
         leader.signal(signal.SIGTERM)
         assert leader.wait() == 0
@@ -222,32 +230,3 @@ def frozen_heir_is_taken_over(
         only_leader_for(other, [heir])
     told = (before + 1, heir.node_id, end_reason)
     wait_for(lambda: history(other, 2)[1:] == [told], timeout=ttl, what="the history")
-
-
-def frozen_outside_a_write(daemon: Daemon) -> None:
-    """SIGSTOP ``daemon`` at a moment it holds no write lock on its SQLite file: frozen in
-    the middle of its own write (a heartbeat), it would hold off every other writer, the
-    leader's renewals too, until SIGCONT (docs/sqlite.md: a held lock fails closed)."""
-    for _ in range(200):
-        daemon.signal(signal.SIGSTOP)
-        if not writing(daemon):
-            return
-        daemon.signal(signal.SIGCONT)
-        time.sleep(0.005)
-    raise AssertionError(f"{daemon.node_id} was inside a SQLite write at every try")
-
-
-def writing(daemon: Daemon) -> bool:
-    """Whether ``daemon`` holds an exclusive lock on its SQLite file or the file's -shm (WAL
-    writers hold one there), read from /proc/locks; False for other backends."""
-    if not daemon.backend.startswith("sqlite:"):
-        return False
-    path = daemon.backend.removeprefix("sqlite://").split("?")[0]
-    inodes = {os.stat(name).st_ino for name in (path, path + "-shm") if os.path.exists(name)}
-    with open("/proc/locks") as locks:
-        for line in locks:
-            fields = line.split()  # 1: POSIX ADVISORY WRITE <pid> <maj:min:inode> <start> <end>
-            held = len(fields) >= 6 and fields[3] == "WRITE" and fields[4] == str(daemon.pid)
-            if held and int(fields[5].rsplit(":", 1)[1]) in inodes:
-                return True
-    return False
