@@ -67,6 +67,7 @@ def test_two_daemons_with_one_node_id_never_both_lead(workdir: str) -> None:
 def test_a_restarted_daemon_is_a_new_holder_with_a_new_term(workdir: str) -> None:
     db = f"sqlite://{workdir}/lease.db"
     first = twin("first", db, workdir).start()
+    first.wait_ready()
     wait_for(lambda: first.is_leader(), TTL + 2, what="the first daemon to lead")
     term = term_of(first)
     first.kill()  # no release: its lease is still live, but its holder lock is freed
@@ -91,6 +92,7 @@ def test_a_second_kernel_on_the_file_fails_closed_instead_of_leading(workdir: st
         pytest.skip("needs mount namespaces (unshare --mount) to play a second kernel")
     db = f"sqlite://{workdir}/lease.db"
     here = Daemon("here", db, workdir=workdir).start()
+    here.wait_ready()
     wait_for(lambda: here.is_leader(), TTL + 2, what="the first daemon to lead")
     there = in_another_kernel(Daemon("there", db, workdir=workdir), workdir).start()
     there.wait_ready()
@@ -112,6 +114,7 @@ def test_a_deleted_lease_file_is_never_a_fresh_start(workdir: str) -> None:
     path = Path(workdir) / "lease.db"
     db = f"sqlite://{path}"
     old = Daemon("old", db, workdir=workdir).start()
+    old.wait_ready()
     wait_for(lambda: old.is_leader(), TTL + 2, what="the first daemon to lead")
     term = term_of(old)
     for suffix in ("", "-wal", "-shm"):
@@ -137,6 +140,7 @@ def test_sqlite_expiry_is_judged_on_clock_boottime(workdir: str) -> None:
     d = Daemon("sleeper", f"sqlite://{path}", workdir=workdir)
     d.args = ["unshare", "--time", "--boottime", "100000", *d.args]
     d.start()
+    d.wait_ready()  # a loaded host's interpreter start is no part of the ttl (4 s, once)
     wait_for(lambda: d.is_leader(), TTL + 2, what="the daemon to lead")
     with sqlite3.connect(path) as conn:
         (expires,) = conn.execute("SELECT expires_boottime FROM leaderd_lease").fetchone()

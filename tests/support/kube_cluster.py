@@ -20,6 +20,7 @@ import shutil
 import ssl
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -122,8 +123,12 @@ class Client:
             "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
             "current-context": "test",
         }
-        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        # Whole or not at all: a process started earlier may be reading the same path (the
+        # bench's electors share one), and a truncated file is no configuration.
+        partial = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             json.dump(config, f)
+        os.replace(partial, path)
         return path
 
 
