@@ -8,7 +8,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from ..api.jobs import JobMetrics, job_body
-from ..backends.base import BackendFatal, BackendUnavailable
+from ..backends.base import BackendError, BackendUnavailable
 from ..backends.jobs import JobStore, job_store_from_url
 from ..supervision.once_per import OncePer
 
@@ -52,11 +52,11 @@ async def _open(store: JobStore, retry_interval: float) -> bool:
         try:
             await store.open()
             return True
-        except BackendFatal as exc:
-            log.error("cannot keep the record of run --once-per: %s", exc)
-            return False
         except BackendUnavailable as exc:
             if not said:
                 log.warning("cannot open the record of run --once-per yet (%s); retrying", exc)
                 said = True
             await asyncio.sleep(retry_interval)
+        except BackendError as exc:  # fatal: a role that may not create the table, say
+            log.error("cannot keep the record of run --once-per: %s", exc)
+            return False
