@@ -276,7 +276,7 @@ def test_a_backend_down_at_start_is_waited_for_and_the_job_runs_once_it_answers(
     workdir = short_tempdir("ld-op-")
     proxied = ProxyThread(pg_server.host, pg_server.port)
     try:
-        proxied.run(_blackhole(proxied))
+        proxied.blackhole()
         url = pg_server.dsn(table=f"down_{uuid.uuid4().hex[:8]}", connect_timeout="1")
         url = url.replace(f":{pg_server.port}/", f":{proxied.proxy.port}/")
         cluster = Cluster(workdir, url)
@@ -285,17 +285,9 @@ def test_a_backend_down_at_start_is_waited_for_and_the_job_runs_once_it_answers(
         said = "cannot open the record of run --once-per yet"
         wait_for(lambda: said in d.log() or not d.alive(), timeout=30, what="the store's failure")
         assert d.alive(), d.log()
-        proxied.run(_heal(proxied))
+        proxied.heal()
         (run,) = wait_for(cluster.runs, timeout=30, what="the first run")
         assert run.node == "node-a" and d.alive()
     finally:
         proxied.close()
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-async def _blackhole(proxied: ProxyThread) -> None:
-    proxied.proxy.blackhole()
-
-
-async def _heal(proxied: ProxyThread) -> None:
-    proxied.proxy.heal()

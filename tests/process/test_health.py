@@ -160,6 +160,7 @@ def test_a_flapping_check_moves_leadership_no_faster_than_its_thresholds(
     for d in daemons:
         d.signal(signal.SIGTERM)
     assert [d.wait() for d in daemons] == [0, 0]
+    app.shutdown()
     app.server_close()
 
 

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import subprocess
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from tests.support.chaos.proxy import FaultProxy
@@ -38,17 +38,25 @@ class ProxyThread:
     def run(self, step: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(step, self.loop).result(timeout=30)
 
+    # Each fault acts on the proxy's own loop, and is in effect when the call returns.
     def hold_next(self, pattern: bytes, seconds: float) -> None:
-        async def arm() -> None:
-            self.proxy.hold_next(pattern, seconds, then_blackhole=True)
+        self.run(_now(lambda: self.proxy.hold_next(pattern, seconds, then_blackhole=True)))
 
-        self.run(arm())
+    def blackhole(self) -> None:
+        self.run(_now(self.proxy.blackhole))
+
+    def heal(self) -> None:
+        self.run(_now(self.proxy.heal))
 
     def close(self) -> None:
         self.run(self.proxy.close())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join()
         self.loop.close()
+
+
+async def _now(act: Callable[[], None]) -> None:
+    act()
 
 
 @contextlib.contextmanager
