@@ -22,13 +22,15 @@ WAITING = """SELECT count(*) FROM pg_stat_activity
     WHERE application_name = $1 AND wait_event_type = 'Lock' AND query LIKE '%CREATE TABLE%'"""
 
 
-def _ddl(what: str, settings: PgSettings) -> str:
-    """The statement the winner runs: the very one the loser runs too."""
+def _contested(what: str, settings: PgSettings) -> tuple[str, str]:
+    """The table raced for, and the statement the winner runs: the very one the loser runs."""
     if what == "jobs":
-        return PostgresJobStore(settings)._sql["create"]
+        jobs = PostgresJobStore(settings)
+        return jobs._table, jobs._sql["create"]
     if what == "lease":
-        return lease._SCHEMA.format(t=settings.qualified_table)
-    return records._CREATE.split(";")[0].format(**records.tables(settings))
+        return settings.qualified_table, lease._SCHEMA.format(t=settings.qualified_table)
+    members = records.tables(settings)["m"]
+    return members, records._CREATE.split(";")[0].format(**records.tables(settings))
 
 
 async def _open_and_close(what: str, url: str) -> None:
@@ -46,27 +48,20 @@ async def test_the_daemon_that_loses_the_race_to_create_a_table_opens(
     name = unique("loser")
     url = pg_server.dsn(table=unique("race"), application_name=name)
     settings = PgSettings.from_url(url, default_table=PostgresJobStore.DEFAULT_TABLE)
+    table, create = _contested(what, settings)
     async with admin(pg_server) as winner, admin(pg_server) as watcher:
         held = winner.transaction()
         await held.start()
         if what == "members":  # the lease table first, uncontested: the race is on the next
             await watcher.execute(lease._SCHEMA.format(t=settings.qualified_table))
-        await winner.execute(_ddl(what, settings))
+        await winner.execute(create)
         opening = asyncio.create_task(_open_and_close(what, url))
         while not await watcher.fetchval(WAITING, name):  # the loser waits on the winner
             assert not opening.done(), opening.exception()
             await asyncio.sleep(0.01)
         await held.commit()
-        await asyncio.wait_for(opening, 10)  # before the fix: DuplicateObjectError, fatal
-        assert await watcher.fetchval("SELECT to_regclass($1) IS NOT NULL", _table(what, settings))
-
-
-def _table(what: str, settings: PgSettings) -> str:
-    if what == "jobs":
-        return f'"{settings.schema}"."{settings.table}_jobs"'
-    if what == "lease":
-        return settings.qualified_table
-    return records.tables(settings)["m"]
+        await asyncio.wait_for(opening, 10)  # the loser's unique_violation is no error
+        assert await watcher.fetchval("SELECT to_regclass($1) IS NOT NULL", table)
 
 
 async def test_a_type_that_holds_the_jobs_tables_name_is_an_error_not_a_lost_race(
