@@ -190,7 +190,8 @@ class EtcdBackend(EtcdCampaign, Backend):
             e.offers.known,
             heir,
             lambda o: e.clock.age(keys.member(Candidate(o.node_id, "", o.instance))),
-            lambda o: ttls.get((o.node_id, o.instance)),
+            # The offer's own ttl: a standby that stood since our last read is no member we know.
+            lambda o: o.ttl or ttls.get((o.node_id, o.instance)),
         )
         if offer is None:
             return False

@@ -39,6 +39,7 @@ class Candidacy:
     lease: int
     modified: int
     priority: int = 1  # a grant prefers the highest; 0 is never granted
+    ttl: float = 0.0  # the candidate's own; 0: not in the key (a daemon of an older version)
 
 
 def candidacy(kv: dict[str, Any]) -> Candidacy | None:
@@ -47,7 +48,7 @@ def candidacy(kv: dict[str, Any]) -> Candidacy | None:
         v = orjson.loads(unb64(kv["value"]))
         return Candidacy(str(v["node_id"]), str(v["instance"]), str(v.get("address", "")),
                          int(v["lease"]), int_of(kv.get("mod_revision")),
-                         int(v.get("priority", 1)))  # fmt: skip
+                         int(v.get("priority", 1)), float(v.get("ttl", 0)))  # fmt: skip
     except (ValueError, KeyError, TypeError):
         return None
 

@@ -97,10 +97,11 @@ class Keys:
     def list_members(self) -> dict[str, Any]:
         return _range(self.members)
 
-    def stand(self, me: Candidate, spare: int) -> dict[str, Any]:
-        """Offer ``spare`` as the lease a release may grant this candidate the election under."""
+    def stand(self, me: Candidate, spare: int, ttl: float) -> dict[str, Any]:
+        """Offer ``spare`` as the lease a release may grant this candidate the election under;
+        with the candidate's ``ttl``, which the heir rule judges its heartbeat's age by."""
         value = {"node_id": me.node_id, "instance": me.instance, "address": me.address,
-                 "lease": str(spare), "priority": me.priority}  # fmt: skip
+                 "lease": str(spare), "priority": me.priority, "ttl": ttl}  # fmt: skip
         return _put(self.candidate(me.node_id, me.instance), value)
 
     def withdraw(self, me: Candidate) -> dict[str, Any]:

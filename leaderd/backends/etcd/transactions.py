@@ -53,7 +53,7 @@ def _offer(e: EtcdElection, ask: Round, spare: Spare | None) -> list[Operation]:
     offered = e.offers.known.get((me.node_id, me.instance))
     if offered is not None and offered.lease == spare.id:
         return []
-    return [keys.stand(me, spare.id)]
+    return [keys.stand(me, spare.id, ask.ttl)]
 
 
 def acquire_txn(

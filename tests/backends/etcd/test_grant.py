@@ -69,6 +69,23 @@ async def test_a_grant_puts_the_key_under_the_heirs_spare_and_ends_its_candidacy
     assert int(kv["lease"]) == int(offer["lease"])  # the key lives on B's spare
 
 
+async def test_a_standby_that_stood_since_the_leaders_last_read_is_granted(
+    cluster: Cluster,
+) -> None:
+    """A standby started after the leader's last round is known to the leader by its watch
+    alone: its offer carries its own ttl, which the heir rule judges it by (the leader's
+    member list is as of its last read). Before, such a standby was never granted."""
+    a, b = await cluster.open(), await cluster.open()
+    held = await ask(a, E, A, ttl=TTL, timeout=5)
+    await stand(b, B)  # after a's last read
+    # One stream delivers the prefix's events in order: once a's watch heard b take another
+    # election, it had heard b's offer.
+    await ask(b, "marker", B, ttl=TTL, timeout=5)
+    await a.wait_for_change("marker", 3.0)
+    await release(a, E, A, held.term, grant=True, ttl=TTL)
+    assert (await wait_grant(b, E)).lease.term == held.term + 1
+
+
 async def test_a_standby_cooling_down_withdraws_its_offer_and_a_silent_one_keeps_it(
     cluster: Cluster,
 ) -> None:
