@@ -120,6 +120,10 @@ async def test_by_default_a_waiter_waits_out_a_terminated_holders_lease(
     then, and not before its engine names the version it watched."""
     u, e, ttl = url(pg_server), unique(), 1.0
     async with opened(u, e) as a, opened(u, e) as b, admin(pg_server) as other:
+        # B's session opens now: A's session ends by itself after one ttl idle (the server's
+        # idle_session_timeout), so B must be waiting in the lock by then. Opening a session
+        # (connect, plan, prepare) on a loaded machine took longer than that.
+        await b.observe(e)
         # Before A's claim: its lease runs from the claim's commit, which comes later.
         t0 = time.monotonic()
         mine = await ask(a, e, A, ttl=ttl, timeout=5)
