@@ -75,8 +75,11 @@ async def test_of_eight_concurrent_contenders_only_the_named_one_wins(handing: S
 async def test_a_reservation_lapses_after_its_ttl_and_then_anyone_may_acquire(
     handing: Store,
 ) -> None:
-    _, mine = await reserved(handing, C, ttl=SHORT_TTL)
+    # B is connected before the reservation begins: the reservation lasts one short ttl, and
+    # opening a backend (a session, its statements) on a loaded machine took longer.
     b = await handing.new()
+    await b.observe(E)
+    _, mine = await reserved(handing, C, ttl=SHORT_TTL)
     assert not (await acquire(b, B)).held_by(B)  # reserved for C, who never comes
     async with asyncio.timeout(LAPSE_LIMIT):
         while not (lease := await acquire(b, B)).held_by(B):
