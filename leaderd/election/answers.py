@@ -14,7 +14,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from .. import jsonio
+from .. import held_logs, jsonio
 from ..backends.base import Candidate
 from ..backends.records import Member
 from ..clock import Clock
@@ -238,8 +238,13 @@ class ElectionAnswers:
         level = logging.DEBUG if previous is None else logging.INFO
         holder = view.leader.node_id if view.leader else None
         fields = extra(Event(view.role.value), election=self.name, term=view.term, holder=holder)
-        log.log(level, sentence, extra=fields)
+        # The long polls this publish wakes answer before the line is written (held_logs.py).
+        handing_over = held_logs.holding()  # then the hand-over's own release writes it
+        held_logs.hold()
+        held_logs.log(log, level, sentence, extra=fields)
         self._watchers.publish(self._snapshot(view, now))
+        if not handing_over:
+            held_logs.release_soon()
         return view
 
     def _log_notes(self, notes: list[Note]) -> None:

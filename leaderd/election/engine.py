@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Literal, TypeVar
 
+from .. import held_logs
 from ..backends.asks import Release
 from ..backends.base import Backend, BackendError, Candidate, Capability, Grant, Lease, LeaseLost
 from ..backends.records import HISTORY_RETENTION, LEFT_TTL, EndReason
@@ -330,14 +331,13 @@ class Election(ElectionAnswers):
                 await release
         except (BackendError, TimeoutError) as exc:
             self.state.in_doubt.on_unknown(term)  # it may land later: never lead on term again
-            log.warning(
-                "could not release election %s, term %d: %s; it expires by itself within ttl",
-                self.name,
-                term,
-                str(exc) or "request timed out",
-                extra=extra(Event.RELEASE_FAILED, election=self.name, term=term, reason=str(exc)),
-            )
+            why = str(exc) or "request timed out"
+            fields = extra(Event.RELEASE_FAILED, election=self.name, term=term, reason=str(exc))
+            log.warning("could not release election %s, term %d: %s; it expires by itself "
+                        "within ttl", self.name, term, why, extra=fields)  # fmt: skip
             return
+        finally:
+            held_logs.release()  # kept lines wait for the answer (held_logs.py)
         reserved = f", reserved for {to} for {self.timing.ttl:g}s" if to else ""
         fields = extra(Event.RELEASED, election=self.name, term=term, reserved_for=to or None)
         log.info("released election %s, term %d%s", self.name, term, reserved, extra=fields)

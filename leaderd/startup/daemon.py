@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from aiohttp import web
 
-from .. import __version__
+from .. import __version__, held_logs
 from ..api.connections import Limits
 from ..api.health_metrics import HealthCollector
 from ..api.listener import SocketInUse, SocketPathError, UnixListener
@@ -289,7 +289,9 @@ class Daemon:
         self._signals += 1
         name = signal.Signals(signum).name
         if self._signals == 1:
-            log.info("received %s: handing over", name, extra=extra(Event.STOPPING, signal=name))
+            held_logs.hold()  # until the release's request has left (held_logs.py)
+            fields = extra(Event.STOPPING, signal=name)
+            held_logs.log(log, logging.INFO, "received %s: handing over", name, extra=fields)
             # The hand-over starts in this very callback, not a loop turn or two later.
             self._stop_elections()
             self.request_stop(EXIT_OK)
@@ -338,6 +340,7 @@ class Daemon:
         for task in (*tasks, *helpers):
             task.cancel()
         await asyncio.gather(*tasks, *helpers, return_exceptions=True)
+        held_logs.release()  # before the last line: nothing kept is lost
         log.info("exiting", extra=extra(Event.EXITED, status=self.exit_code))
 
     def _runner(self, runner: web.AppRunner) -> None:

@@ -618,6 +618,7 @@ async def test_step_down_at_the_deadline_is_one_sentence(caplog: pytest.LogCaptu
     await election.round()
     world.clock.advance(WINDOW - 5)
     assert election.status().role is UNKNOWN
+    await asyncio.sleep(0)  # a change's sentence follows its publish by a loop turn
     sentences = [m for m in caplog.messages if "stepping down" in m]
     assert len(sentences) == 1
     assert sentences[0].startswith("stepping down from election default, term 1: ")
