@@ -1,10 +1,12 @@
-"""Log lines that wait for a hand-over's writes: the release's request, the woken long polls.
+"""Log lines that wait for a hand-over's writes: the release, the woken long polls' answers.
 
 A log line written after seconds of idleness costs a quarter of a millisecond, because its
 code runs cold. Two of them stood between a SIGTERM and the release's request, and one
 between a grant and the new leader's first answer. So while a hand-over is on its way,
-lines are kept, each with the time it was logged, and written in order once the writes have
-left: at most ``_LONGEST_HOLD`` later, so a request that hangs hides nothing for long.
+lines are kept, each with the time and place it was logged, and written in order with any
+line logged meanwhile: once the release has its answer (engine.py), or a loop turn after a
+publish (answers.py), and never more than ``_LONGEST_HOLD`` later, so a request that hangs
+hides nothing for long.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import threading
 from typing import Any
 
 from .clock import wall_time
@@ -23,6 +26,7 @@ _LONGEST_HOLD = 0.05  # seconds: far past a request's leaving, short for someone
 _Call = tuple[logging.Logger, int, str, tuple[Any, ...], "dict[str, Any] | None", float,
               tuple[str, int, str]]  # fmt: skip
 _held: list[_Call | logging.LogRecord] | None = None
+_holder = 0  # the thread of the loop that holds: another thread's lines are not kept
 
 
 def holding() -> bool:
@@ -31,14 +35,14 @@ def holding() -> bool:
 
 def hold() -> None:
     """Keep every line logged from now on until ``release``, ``_LONGEST_HOLD`` at most."""
-    global _held
+    global _held, _holder
     if _held is not None:
         return
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         return  # nothing would release it
-    _held = []
+    _held, _holder = [], threading.get_ident()
     for handler in logging.getLogger().handlers:
         handler.addFilter(_keep)
     loop.call_later(_LONGEST_HOLD, release)
@@ -80,7 +84,7 @@ def log(
 
 def _keep(record: logging.LogRecord) -> bool:
     """A handler's filter while held: a line someone else logged waits its turn."""
-    if _held is None:
+    if _held is None or record.thread != _holder:  # a list another thread could append to late
         return True
     if not any(line is record for line in _held[-1:]):  # one record, several handlers
         _held.append(record)

@@ -82,6 +82,7 @@ class Daemon:
         open_files = raise_open_files()
         self._install_signal_handlers()  # before the socket exists: a stop is never lost
         async with self._teardown:
+            self._teardown.callback(held_logs.release)  # the last step: no kept line is lost
             self._teardown.callback(self.notifier.close)
             try:
                 self._unix = self._bind_unix()

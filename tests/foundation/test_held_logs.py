@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -104,3 +105,14 @@ def test_a_change_published_before_the_loop_runs_is_logged_at_once(written: Writ
     held_logs.log(log, logging.DEBUG, "election default has no leader")
     held_logs.release_soon()
     assert written.messages == ["election default has no leader"]
+
+
+async def test_another_threads_line_is_written_at_once(written: Written) -> None:
+    held_logs.hold()
+    held_logs.log(log, logging.INFO, "stepping down")
+    thread = threading.Thread(target=log.warning, args=("from a driver's thread",))
+    thread.start()
+    thread.join()
+    assert written.messages == ["from a driver's thread"]
+    held_logs.release()
+    assert written.messages == ["from a driver's thread", "stepping down"]
