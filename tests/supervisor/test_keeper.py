@@ -58,9 +58,12 @@ class Keeper:
 
     def __init__(self, workdir: str, *options: str, contain: str, deadline: float = math.inf,
                  grace: float = 1.0, wrap: tuple[str, ...] = (),
-                 command: tuple[str, ...] = (), user: str = "") -> None:  # fmt: skip
+                 command: tuple[str, ...] = (), user: str = "",
+                 told: tuple[tuple[str, str], ...] = ()) -> None:  # fmt: skip
         self.out = Path(workdir, "out")
         life_r, self.life = os.pipe()
+        for word, rest in told:  # in the pipe before the keeper's interpreter is even up
+            self.say(word, rest)
         self.report, report_w = os.pipe()
         python = _python_for(user) if user else sys.executable
         command = command or (python, "-c", PROGRAM, str(self.out), *options)
@@ -215,8 +218,9 @@ def test_the_dead_mans_switch_counts_suspend(keepers: list[Keeper], workdir: str
 def test_a_deadline_sent_while_it_starts_counts(keepers: list[Keeper], workdir: str) -> None:
     """leaderd renews while a slow keeper starts, and says so at once: the keeper must read
     that before it judges its switch, or it takes leaderd for frozen and ends the command."""
-    k = start(keepers, workdir, contain="pidns", deadline=boottime() + 0.3, grace=0.5)
-    k.say(DEADLINE, repr(boottime() + 60))  # before the keeper's interpreter is even up
+    later = ((DEADLINE, repr(boottime() + 60)),)  # said before the keeper starts, not raced
+    k = start(keepers, workdir, contain="pidns", deadline=boottime() + 0.3, grace=0.5,
+              told=later)  # fmt: skip
     command, _ = k.running(worker=False)
     time.sleep(1.0)
     assert alive(command), k.seen
