@@ -75,12 +75,17 @@ async def test_of_eight_concurrent_contenders_only_the_named_one_wins(handing: S
 async def test_a_reservation_lapses_after_its_ttl_and_then_anyone_may_acquire(
     handing: Store,
 ) -> None:
-    # B is connected before the reservation begins: the reservation lasts one short ttl, and
-    # opening a backend (a session, its statements) on a loaded machine took longer.
-    b = await handing.new()
-    await b.observe(E)
-    _, mine = await reserved(handing, C, ttl=SHORT_TTL)
-    assert not (await acquire(b, B)).held_by(B)  # reserved for C, who never comes
+    # B's session and its acquisition are ready before the reservation begins (refused while
+    # A holds): the reservation lasts one short ttl, which opening them on a loaded machine
+    # took longer than.
+    a, b = await handing.new(), await handing.new()
+    mine = await held(a, A)
+    assert not (await acquire(b, B)).held_by(B)
+    began = time.monotonic()  # before the release: the reservation's ttl lies after it
+    await release(a, E, A, mine.term, reserve_for=C.node_id, ttl=SHORT_TTL)
+    first = await acquire(b, B)
+    if time.monotonic() - began < SHORT_TTL:  # so the reservation surely still held
+        assert not first.held_by(B)  # reserved for C, who never comes
     async with asyncio.timeout(LAPSE_LIMIT):
         while not (lease := await acquire(b, B)).held_by(B):
             assert lease.holder is None and lease.reserved_for == C.node_id, lease
