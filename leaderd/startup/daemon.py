@@ -290,7 +290,7 @@ class Daemon:
         self._signals += 1
         name = signal.Signals(signum).name
         if self._signals == 1:
-            held_logs.hold()  # until the release's request has left (held_logs.py)
+            held_logs.hold()  # until the release has its answer (held_logs.py)
             fields = extra(Event.STOPPING, signal=name)
             held_logs.log(log, logging.INFO, "received %s: handing over", name, extra=fields)
             # The hand-over starts in this very callback, not a loop turn or two later.
