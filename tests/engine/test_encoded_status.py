@@ -18,7 +18,8 @@ from leaderd.backends.base import Candidate
 from leaderd.election.engine import Election
 from leaderd.election.status import Role
 
-from .test_engine import CASES, THREE_NODES, TWO_NODES, A, Advance, B, C, Round, Step, World
+from .test_engine import CASES, THREE_NODES, TWO_NODES
+from .world import A, Advance, B, C, Round, Step, World
 
 TABLES = {
     **{f"one node: {k}": ([A], v) for k, v in CASES.items()},

@@ -16,7 +16,7 @@ from leaderd.election.state import ElectionState
 from leaderd.election.timing import Timing
 
 from .fakes import LeaseStore, RealClock, RecordingBackend
-from .test_engine import FAST, A, B, until
+from .world import FAST, A, B, until
 
 # A standby that polls once a second: a hand-over within milliseconds is not its own round.
 SLOW_POLL = Timing(ttl=3.0, renew_interval=1.0, retry_interval=1.0, safety_margin=0.01)

@@ -12,7 +12,7 @@ from leaderd.election.answers import EncodedStatus
 from leaderd.election.engine import Election
 from leaderd.election.status import ElectionStatus, Role
 
-from .test_engine import TIMING, A, World, settle
+from .world import TIMING, A, World, settle
 
 
 def same_instant(election: Election, answer: EncodedStatus) -> None:

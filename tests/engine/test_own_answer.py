@@ -11,7 +11,7 @@ from leaderd.backends.base import Grant
 from leaderd.election.engine import Election
 
 from .fakes import FakeClock, LeaseStore, RecordingBackend
-from .test_engine import TIMING, A, B, C
+from .world import TIMING, A, B, C
 
 E = "default"
 

@@ -11,7 +11,7 @@ from leaderd.backends.records import EndReason, Member
 from leaderd.election.members import MemberRole, members_of
 
 from .fakes import LeaseStore, RealClock
-from .test_engine import TIMING, WINDOW, A, B, World, fast_node, until
+from .world import TIMING, WINDOW, A, B, World, fast_node, until
 
 
 async def test_a_resignation_ends_the_term_as_resigned_and_a_stop_as_released() -> None:

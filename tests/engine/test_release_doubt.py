@@ -14,9 +14,9 @@ from leaderd.election.state import ElectionState
 from leaderd.election.status import ElectionStatus, Role
 
 from .fakes import LeaseStore, RealClock, RecordingBackend
-from .test_engine import FAST, A, B, until
 from .test_grant import SLOW_POLL
 from .test_rules import ME, T, X, free, held
+from .world import FAST, A, B, until
 
 
 def resigned_in_doubt() -> tuple[ElectionState, float]:
