@@ -1,4 +1,4 @@
-"""Fakes for the engine's unit tests: a clock moved by hand and a backend that records calls.
+"""The engine tests' backend: it records calls (its clocks are clocks.py's).
 
 The backend keeps its leases in a ``LeaseStore`` judged on the fake clock (a lease
 expires at the time it was acquired or renewed plus its ttl); several backends may
@@ -28,61 +28,8 @@ from leaderd.backends.base import (
     heard_in,
 )
 from leaderd.backends.records import EndReason, Member, Tenure
-from leaderd.clock import boottime
 
-EPOCH = dt.datetime(2026, 11, 21, 10, 0, tzinfo=dt.UTC)
-
-
-class FakeClock:
-    """now() moves only when a test calls advance(); wall() is EPOCH plus it."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.t = start
-        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
-
-    def now(self) -> float:
-        return self.t
-
-    def wall(self) -> dt.datetime:
-        return EPOCH + dt.timedelta(seconds=self.t)
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
-        due = [f for t, f in self._sleepers if t <= self.t]
-        self._sleepers = [(t, f) for t, f in self._sleepers if t > self.t]
-        for future in due:
-            if not future.done():
-                future.set_result(None)
-
-    async def sleep_until(self, when: float) -> None:
-        if when <= self.t:
-            return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._sleepers.append((when, future))
-        await future
-
-
-class RealClock:
-    """The system clock with the same sleep_until, for the short real-time run() tests;
-    jump() plays a process pause (every reader of this clock sees the time leap)."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def now(self) -> float:
-        return boottime() + self.offset
-
-    def wall(self) -> dt.datetime:
-        return dt.datetime.now(dt.UTC) + dt.timedelta(seconds=self.offset)
-
-    def jump(self, seconds: float) -> None:
-        self.offset += seconds
-
-    async def sleep_until(self, when: float) -> None:
-        await asyncio.sleep(max(0.0, when - self.now()))
-
-
-Clock = FakeClock | RealClock
+from .clocks import Clock
 
 
 @dataclass

@@ -15,7 +15,8 @@ from leaderd.election.engine import Election
 from leaderd.election.status import ElectionStatus, Role
 from leaderd.election.timing import Timing
 
-from .fakes import LeaseStore, RealClock, RecordingBackend
+from .clocks import RealClock
+from .fakes import LeaseStore, RecordingBackend
 from .world import (
     FAST,
     LEADER,

@@ -15,7 +15,8 @@ from leaderd.election.engine import Election
 from leaderd.election.state import ElectionState
 from leaderd.election.timing import Timing
 
-from .fakes import LeaseStore, RealClock, RecordingBackend
+from .clocks import RealClock
+from .fakes import LeaseStore, RecordingBackend
 from .world import FAST, A, B, until
 
 # A standby that polls once a second: a hand-over within milliseconds is not its own round.

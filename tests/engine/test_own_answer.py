@@ -10,7 +10,8 @@ import dataclasses
 from leaderd.backends.base import Grant
 from leaderd.election.engine import Election
 
-from .fakes import FakeClock, LeaseStore, RecordingBackend
+from .clocks import FakeClock
+from .fakes import LeaseStore, RecordingBackend
 from .world import TIMING, A, B, C
 
 E = "default"

@@ -10,7 +10,8 @@ import datetime as dt
 from leaderd.backends.records import EndReason, Member
 from leaderd.election.members import MemberRole, members_of
 
-from .fakes import LeaseStore, RealClock
+from .clocks import RealClock
+from .fakes import LeaseStore
 from .world import TIMING, WINDOW, A, B, World, fast_node, until
 
 

@@ -13,7 +13,8 @@ from leaderd.election.release_doubt import version_of
 from leaderd.election.state import ElectionState
 from leaderd.election.status import ElectionStatus, Role
 
-from .fakes import LeaseStore, RealClock, RecordingBackend
+from .clocks import RealClock
+from .fakes import LeaseStore, RecordingBackend
 from .test_grant import SLOW_POLL
 from .test_rules import ME, T, X, free, held
 from .world import FAST, A, B, until

@@ -16,7 +16,8 @@ from leaderd.election.engine import Election
 from leaderd.election.status import Role
 from leaderd.election.timing import Timing
 
-from .fakes import FakeClock, LeaseStore, RealClock, RecordingBackend
+from .clocks import FakeClock, RealClock
+from .fakes import LeaseStore, RecordingBackend
 
 TIMING = Timing(ttl=15, renew_interval=5, retry_interval=2, clock_drift=0.01, safety_margin=0.2)
 WINDOW = TIMING.lease_window  # 14.65: t_send + WINDOW is the self-fence deadline
