@@ -51,6 +51,7 @@ from .transactions import release_txn
 from .view import DEFAULT_TIMEOUT, LEASE_NOT_FOUND
 
 log = logging.getLogger(__name__)
+_WATCH_START = 2.0  # seconds open() waits for the watch stream: a slow one only costs a round
 
 
 class EtcdBackend(EtcdCampaign, Backend):
@@ -82,6 +83,8 @@ class EtcdBackend(EtcdCampaign, Backend):
         self._watch.start()
         body = {"key": b64(self._prefix), "range_end": prefix_end(self._prefix), "count_only": True}
         await self._call("/v3/kv/range", body, DEFAULT_TIMEOUT, "reading the elections")
+        # The first reads then come after the stream's start, which wakes no standby's wait.
+        await self._watch.created(within=_WATCH_START)
 
     async def observe(
         self, election: str, candidate: Candidate | None = None, ttl: float = 0.0

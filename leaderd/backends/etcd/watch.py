@@ -40,6 +40,7 @@ class PrefixWatch:
         self._prefix = prefix
         self._on_event = on_event
         self.watching = False
+        self._live = asyncio.Event()  # set while a created stream runs
         self._from = 0  # the next revision to deliver; 0: from the present
         self._heard: dict[str, int] = {}  # revision of the newest event, by election
         self._events: dict[str, asyncio.Event] = {}
@@ -69,15 +70,25 @@ class PrefixWatch:
     def heard(self, election: str) -> int:
         return self._heard.get(election, 0)
 
-    async def wait(self, election: str, answered: int, timeout: float) -> None:
-        """Until an event newer than revision ``answered`` concerns ``election``, or timeout."""
+    async def created(self, within: float) -> None:
+        """Until the stream is created, or ``within`` seconds: a read made after it then
+        shows all its start could tell, and the start is no news to a wait."""
         self.start()
-        if self.heard(election) > answered:
-            return
-        event = self._events.setdefault(election, asyncio.Event())
-        event.clear()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), max(0.0, timeout))
+            async with asyncio.timeout(within):
+                await self._live.wait()
+
+    async def wait(self, election: str, answered: int, timeout: float) -> None:
+        """Until an event newer than revision ``answered`` concerns ``election``, the watch
+        stops, or timeout. A wake-up at or before ``answered`` (a stream created before the
+        read that answered, a delivery lagging it) told nothing new: the wait goes on."""
+        self.start()
+        event = self._events.setdefault(election, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(0.0, timeout)):
+                while self.heard(election) <= answered and self._task is not None:
+                    event.clear()
+                    await event.wait()
 
     def restart(self) -> None:
         """End the current stream; the next one resumes where it stopped, at once."""
@@ -133,6 +144,7 @@ class PrefixWatch:
                     self._handle(message)
         finally:
             self.watching = False
+            self._live.clear()
         raise BackendUnavailable(f"{self._etcd.host}: the member ended the watch")
 
     def _handle(self, message: Any) -> None:
@@ -171,6 +183,7 @@ class PrefixWatch:
 
     def _created(self, revision: int) -> None:
         self.watching, self._backoff = True, _MIN_BACKOFF
+        self._live.set()
         if self._last_error:
             log.info("etcd watch of %s is back", self._prefix)
             self._last_error = ""

@@ -8,7 +8,9 @@ can fault the requests of chosen paths (``/v3/kv/lease/timetolive``, ``/v3/lease
 * hold: the request is never sent on, as a stalled request or a blackhole would have it;
   the client gives up on it after its timeout and closes the connection;
 * refuse: the connection is reset (RST) instead, as a partition that rejects packets
-  would: the client fails at once.
+  would: the client fails at once;
+* delay: the request is sent on that many seconds late, as a slow link or a busy member
+  would have it.
 
 Answers flow back as they come. ``/v3/watch`` is faulted or spared like any other path, so a
 test can cut a daemon off from every request but its watch, or from everything.
@@ -45,6 +47,7 @@ class GatewayProxy:
         self.seen: list[Seen] = []
         self.watched = bytearray()  # what the watch streams carried back, in order
         self._fault: Callable[[str], str] = lambda path: PASS
+        self._delay: Callable[[str], float] = lambda path: 0.0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
@@ -73,6 +76,10 @@ class GatewayProxy:
         """HOLD or REFUSE every request but those to ``paths``: a partition that spares, say,
         the watch."""
         self._fault = lambda path: PASS if path in paths else fault
+
+    def delay(self, seconds: float, paths: Collection[str]) -> None:
+        """From now on, send every request to one of ``paths`` on ``seconds`` late."""
+        self._delay = lambda path: seconds if path in paths else 0.0
 
     def heal(self) -> None:
         """Fault nothing more (requests already held stay so: their clients gave up)."""
@@ -136,6 +143,8 @@ class GatewayProxy:
                 await reader.read()  # until the client gives up and closes
             if fault != PASS:
                 return  # the caller resets the connection
+            if (late := self._delay(path)) > 0:
+                await asyncio.sleep(late)
             if path == WATCH:
                 watched.append(self.watched)
             up.write(head + body)
