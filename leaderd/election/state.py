@@ -90,8 +90,7 @@ class ElectionState:
         term = lease.term if lease is not None else 0
         if self.stopping:
             return View(Role.STOPPED, None, term, "shutting down")
-        # leading(now), inlined: every /leader answer passes here.
-        if self.held_term is not None and now < self.deadline and lease is not None:
+        if self.leading(now) and lease is not None:
             return self._leading_view(lease)
         # Fail closed: knowledge older than one ttl, or our own lapsed hold, names nobody.
         stale = lease is None or now - self.seen_at >= self.timing.ttl
