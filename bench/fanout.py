@@ -27,18 +27,16 @@ from .common import (
     Served,
     cluster,
     cpu_seconds,
-    get_json,
     judge,
     loadgens,
     memory_mb,
-    metric_sums,
     ms,
     raise_nofile,
-    request,
     split,
     until,
 )
 from .ratios import Paired, alternate
+from .unix_http import get_json, metric_sums, request
 
 MAX_RATIO = 1.2  # of a bare aiohttp long poll's time, measured in the same run
 IDLE_RSS_MB = 40.0

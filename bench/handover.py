@@ -31,15 +31,13 @@ from .common import (
     Figure,
     Timing,
     cluster,
-    get_json,
     judge,
-    metric_sums,
     ms,
-    request,
     summary,
     until,
     wait_ready,
 )
+from .unix_http import get_json, metric_sums, request
 
 SIZE = 3
 # The absolute targets of issue 3, in seconds (the ratio to etcdctl's is bench/etcd.py's).

@@ -26,15 +26,14 @@ from .common import (
     DEFAULT_TIMING,
     Figure,
     Served,
-    backend_requests,
     cluster,
     cpu_seconds,
     loadgens,
     percentile,
-    request,
     split,
 )
 from .ratios import Paired, alternate
+from .unix_http import backend_requests, request
 
 MIN_RATIO = 0.9  # of a bare aiohttp Application's req/s, measured in the same run
 GAP = 0.1  # seconds between two windows: the last answers drain, the CPU is read

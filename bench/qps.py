@@ -13,7 +13,8 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from .common import DEFAULT_TIMING, Backends, Figure, backend_requests, cluster
+from .common import DEFAULT_TIMING, Backends, Figure, cluster
+from .unix_http import backend_requests
 
 SIZE = 2
 MAX_QPS = 1.0  # issue 3: at most one query per second per node with the default timing

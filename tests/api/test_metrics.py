@@ -113,7 +113,7 @@ async def test_is_leader_is_derived_at_scrape_time(aiohttp_client: Any) -> None:
     from leaderd.election.node import Node
 
     from .conftest import FAST
-    from .test_api import StepClock
+    from .test_node_endpoints import StepClock
 
     backend = StaticBackend()
     clock = StepClock()

@@ -13,7 +13,8 @@ from typing import Any
 import orjson
 
 from tests.support.chaos.etcd import EtcdChaos
-from tests.support.chaos.harness import ALL_FAULTS, BACKENDS, Chaos, Settings
+from tests.support.chaos.harness import Chaos
+from tests.support.chaos.settings import ALL_FAULTS, BACKENDS, Settings
 from tests.support.pgserver import PgServer
 
 from .report import table, violations_text

@@ -16,7 +16,8 @@ import asyncio
 import pytest
 
 from tests.support.chaos.etcd import EtcdChaos
-from tests.support.chaos.harness import FAULTS, Chaos, Result, Settings
+from tests.support.chaos.harness import Chaos, Result
+from tests.support.chaos.settings import FAULTS, Settings
 from tests.support.pgserver import PgServer
 
 # A deck ends well before this; a run that reaches it has missed a kind, and fails.

@@ -20,7 +20,7 @@ from tests.support.chaos.check import (
     failover_stats,
     spans,
 )
-from tests.support.chaos.harness import processes_naming
+from tests.support.chaos.process_faults import processes_naming
 
 
 def kinds(claims: list[Claim]) -> dict[str, int]:

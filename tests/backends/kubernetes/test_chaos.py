@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from tests.chaos.test_chaos import CAP, TIMEOUT, assert_every_kind_injected, summary
-from tests.support.chaos.harness import Settings
 from tests.support.chaos.kubernetes import KubeChaos
+from tests.support.chaos.settings import Settings
 from tests.support.kube_cluster import ControlPlane
 
 

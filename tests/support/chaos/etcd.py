@@ -22,8 +22,11 @@ import math
 import os
 import time
 
-from tests.support.chaos.harness import Chaos, Fault, Node, Settings
+from tests.support.chaos.check import Fault
+from tests.support.chaos.harness import Chaos
+from tests.support.chaos.node import Node
 from tests.support.chaos.proxy import FaultProxy, RuleBook
+from tests.support.chaos.settings import Settings
 from tests.support.daemons import short_tempdir
 from tests.support.etcd_cluster import EtcdCluster, Member
 

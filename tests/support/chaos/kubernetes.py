@@ -19,7 +19,10 @@ import signal
 import time
 import uuid
 
-from tests.support.chaos.harness import Chaos, Fault, Node, Settings
+from tests.support.chaos.check import Fault
+from tests.support.chaos.harness import Chaos
+from tests.support.chaos.node import Node
+from tests.support.chaos.settings import Settings
 from tests.support.daemons import short_tempdir
 from tests.support.kube_cluster import NAMESPACE, SERVICE_ACCOUNT, ControlPlane, role_binding
 

@@ -33,7 +33,8 @@ from .proxy import DELAY, DROP, LATE, LOSE_ANSWER, Rule
 
 if TYPE_CHECKING:
     from .check import Fault
-    from .harness import Node, Settings
+    from .node import Node
+    from .settings import Settings
 
 REQUEST_FAULTS = ("request_delay", "request_drop", "answer_lost", "request_late")
 _KINDS = {"etcd": http_requests.KINDS, "pg": pg_messages.KINDS}

@@ -15,6 +15,7 @@ import os
 import random
 import shutil
 import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -22,7 +23,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .check import Fault
-    from .harness import Node, Settings
+    from .node import Node
+    from .settings import Settings
 
 SQLITE_FAULTS = ("frozen_commit", "fsync_stall")
 STALL_FLAG = "CHAOS_FSYNC_STALL"  # the shim blocks every fsync while this file exists
@@ -100,11 +102,13 @@ class SqliteFaults:
     s: Settings
     rng: random.Random
     workdir: str
+    nodes: list[Node]
 
     if TYPE_CHECKING:
 
         def _node(self, fault: Fault) -> Node: ...
         def _pause(self) -> float: ...
+        def _restart(self, node: Node) -> None: ...
 
     async def _fault_frozen_commit(self, fault: Fault) -> None:
         """SIGSTOP the daemon the moment it is seen holding the write lock."""
@@ -138,3 +142,41 @@ class SqliteFaults:
         finally:
             await asyncio.to_thread(flag.unlink, True)
         node.busy, fault.healed = False, time.monotonic()
+
+    async def _fault_db_lock(self, fault: Fault) -> None:
+        """Another process holds the SQLite write lock (a backup, a careless sqlite3 shell, a
+        writer in BEGIN IMMEDIATE)."""
+        fault.params["locked_s"] = hold = round(self.rng.uniform(0.2, 2 * self.s.ttl), 3)
+        fault.params["begin"] = begin = self.rng.choice(("IMMEDIATE", "EXCLUSIVE"))
+        path = os.path.join(self.workdir, "lease.db")
+        locked, fault.healed = await asyncio.to_thread(_hold_write_lock, path, hold, begin)
+        fault.injected = locked
+
+    async def _fault_file_replaced(self, fault: Fault) -> None:
+        """An operator deletes the lease file under running daemons, then restarts them one
+        by one: nobody may lead on the deleted file beside a leader on the new one."""
+        path = os.path.join(self.workdir, "lease.db")
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path + suffix)
+        await asyncio.sleep(self.rng.uniform(0.2, self.s.ttl))
+        for node in self.nodes:
+            if node.daemon.alive() and not node.stopped and not node.down:
+                node.down = True
+                node.daemon.signal(signal.SIGTERM)
+                if await node.exited(15) is None:
+                    node.daemon.kill()
+                self._restart(node)
+        fault.healed = time.monotonic()
+
+
+def _hold_write_lock(path: str, hold: float, begin: str) -> tuple[float, float]:
+    conn = sqlite3.connect(path, timeout=10, isolation_level=None)
+    try:
+        conn.execute(f"BEGIN {begin}")
+        locked = time.monotonic()
+        time.sleep(hold)
+        conn.execute("ROLLBACK")
+        return locked, time.monotonic()
+    finally:
+        conn.close()
