@@ -266,9 +266,9 @@ class _Api:
         return _json({"status": "ok"})
 
     async def ready(self, request: web.Request) -> web.Response:
-        waiting = [name for name, e in self.node.elections.items() if not e.ready]
-        if waiting:
-            return error(503, "not_ready", "first round not finished: " + ", ".join(waiting))
+        why = self.node.not_ready()
+        if why is not None:
+            return error(503, "not_ready", why)
         return _json({"status": "ready"})
 
     async def metrics(self, request: web.Request) -> web.Response:

@@ -25,6 +25,8 @@ class Node:
     started_wall: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
     # run --once-per: each election's job, as GET /jobs lists it (api/jobs.py: job_body).
     jobs: dict[str, Callable[[], dict[str, Any]]] = field(default_factory=dict)
+    # What still opens before the node can do its work (the record of run --once-per).
+    opening: set[str] = field(default_factory=set)
 
     def election(self, name: str | None) -> Election | None:
         """The named election; with no name, the only one or else the one named default."""
@@ -36,8 +38,16 @@ class Node:
 
     @property
     def ready(self) -> bool:
-        """Every election finished its first round, leader or follower alike."""
-        return all(e.ready for e in self.elections.values())
+        """Every election finished its first round, leader or follower alike, and nothing
+        is still opening."""
+        return not self.opening and all(e.ready for e in self.elections.values())
+
+    def not_ready(self) -> str | None:
+        """Why the node is not ready, in one line; None once it is."""
+        waiting = [name for name, e in self.elections.items() if not e.ready]
+        why = [f"first round not finished: {', '.join(waiting)}"] if waiting else []
+        why += [f"still opening {what}" for what in sorted(self.opening)]
+        return "; ".join(why) or None
 
     def health(self) -> str | None:
         """None while every election loop turns; else the first reason it does not."""

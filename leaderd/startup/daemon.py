@@ -42,6 +42,7 @@ EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 # run --try: not leader within the time given (sysexits' EX_TEMPFAIL: try again later).
 EXIT_NOT_LEADING = 75
 _SPAWN_RETRY = 1.0  # first wait after the child could not be started (EMFILE, EAGAIN)
+_RECORD = "the record of run --once-per"  # what /ready names while the job store opens
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,8 @@ class Daemon:
         hooked = [(node.elections[e.name], e.hooks) for e in self.config.elections]
         helpers += hooks.start(hooked, self.metrics.registry)
         if self.job is not None:
+            if self.job.once_per is not None:
+                node.opening.add(_RECORD)  # not ready before: no run could be recorded
             helpers.append(asyncio.create_task(self._supervise(node, self.job)))
         if self.job is not None and self.job.try_for is not None:
             helpers.append(
@@ -240,6 +243,8 @@ class Daemon:
             if supervisor is None:
                 self.request_stop(EXIT_FAILURE)
                 return
+            node.opening.discard(_RECORD)
+            self._on_change(node)  # the elections may have been ready for a while
         else:
             supervisor = Supervisor(job.command, election, kill_grace=self.config.kill_grace,
                                     on_exit=self.config.on_exit, fixed_status=job.fixed_status,
