@@ -46,14 +46,6 @@ CUT_OFF = 2.0
 
 
 @pytest.fixture
-def proxy(etcd: EtcdCluster) -> Iterator[GatewayProxy]:
-    host, port = etcd.members[0].hostport.rsplit(":", 1)
-    proxy = GatewayProxy(host, int(port)).start()
-    yield proxy
-    proxy.close()
-
-
-@pytest.fixture
 def trio(etcd: EtcdCluster, proxy: GatewayProxy) -> Iterator[tuple[Daemon, Daemon, Daemon]]:
     """node-a leading; node-b (through the proxy, to one member) and node-c standing by."""
     workdir, prefix = short_tempdir(), f"/leaderd-test/{uuid.uuid4().hex[:10]}/"

@@ -11,26 +11,14 @@ Forced here with a proxy that sends the watch request on late (gateway_proxy.py)
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-
-import pytest
 
 from leaderd.backends import Backend, backend_from_url
 from leaderd.clock import boottime
 from tests.backends.etcd.gateway_proxy import WATCH, GatewayProxy
-from tests.support.etcd_cluster import EtcdCluster
 
 E = "default"
 SLOW_START = 0.5  # seconds the proxy holds the watch request back
 WAIT = 1.5  # the standby's wait: nothing changes in it
-
-
-@pytest.fixture
-def proxy(etcd: EtcdCluster) -> Iterator[GatewayProxy]:
-    host, port = etcd.members[0].hostport.rsplit(":", 1)
-    proxy = GatewayProxy(host, int(port)).start()
-    yield proxy
-    proxy.close()
 
 
 async def test_a_watch_that_starts_late_wakes_no_standby_that_read_since(
