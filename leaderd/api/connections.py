@@ -25,6 +25,7 @@ import math
 import resource
 import select
 import socket
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,7 +105,7 @@ class Connections:
         return min(_SWEEP_EVERY, max(0.01, shortest / 4))
 
     def _expire_due(self) -> None:
-        now = boottime()
+        now = time.monotonic()
         self._sweep = None
         for connection in [c for c in self._live if c.deadline <= now]:
             connection.deadline = math.inf
@@ -167,28 +168,46 @@ _data_received = web.RequestHandler.data_received
 class Connection(web.RequestHandler):
     """An aiohttp connection with leaderd's limits (see the module's docstring)."""
 
+    # Like aiohttp's own: no __dict__, and the attributes read per request are slots.
+    __slots__ = (
+        "_busy",
+        "_bytes",
+        "_connections",
+        "_headers_within",
+        "_idle_for",
+        "_timeout",
+        "deadline",
+    )
+
     def __init__(self, manager: web.Server, connections: Connections, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._connections = connections
         self._timeout = "header"
         self._busy = False
         self._bytes = False  # bytes of a request not yet in progress
-        self.deadline = math.inf  # of the header or idle timeout, on CLOCK_BOOTTIME
+        # The header or idle deadline, on CLOCK_MONOTONIC: read per request, with no Python
+        # frame around it (a suspend only makes a deadline later).
+        self.deadline = math.inf
         # Read around every request: attributes of its own, not the limits' (hot path).
         self._headers_within = connections.limits.header_timeout
         self._idle_for = connections.limits.keepalive_timeout
 
-    # ---- called by the API around each request ----
-
     def request_started(self) -> None:
+        """A request that waits (a long poll, a stream) is in progress: no deadline."""
         self._busy = True
         self._disarm()
 
-    def request_finished(self) -> None:
+    # ---- aiohttp's ----
+
+    def log_access(self, request: Any, response: Any, started: float | None) -> None:
+        """The answer is written: the request is over, the connection idle (aiohttp calls
+        this once per request, whatever the handler did, so no wrapper around it is)."""
         self._busy = self._bytes = False
         if self.transport is not None:  # _arm("idle"), inlined: once per request
             self._timeout = "idle"
-            self.deadline = boottime() + self._idle_for
+            self.deadline = time.monotonic() + self._idle_for
+        if self.access_logger is not None:
+            super().log_access(request, response, started)
 
     # ---- asyncio protocol ----
 
@@ -213,7 +232,7 @@ class Connection(web.RequestHandler):
         if not self._bytes and not self._busy and data:  # _arm("header"), inlined
             self._bytes = True
             self._timeout = "header"
-            self.deadline = boottime() + self._headers_within
+            self.deadline = time.monotonic() + self._headers_within
         _data_received(self, data)  # aiohttp's, without a super() object per call
 
     def eof_received(self) -> bool:  # type: ignore[override]  # asyncio's contract: True keeps it open
@@ -227,7 +246,7 @@ class Connection(web.RequestHandler):
 
     def _arm(self, timeout: str, seconds: float) -> None:
         self._timeout = timeout
-        self.deadline = boottime() + seconds
+        self.deadline = time.monotonic() + seconds
 
     def _disarm(self) -> None:
         self.deadline = math.inf

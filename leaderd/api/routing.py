@@ -17,7 +17,6 @@ from .. import jsonio
 from .connections import Connection
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-Answer = Callable[[web.Request], web.StreamResponse]
 
 _JSON = "application/json"
 # OPTIONS / is HAProxy's bare `option httpchk`: "is this listener there", nothing more.
@@ -35,9 +34,9 @@ def route_get(app: web.Application, path: str, handler: Handler) -> None:
     _route(app, path, {"GET": handler, "HEAD": handler, "OPTIONS": _allowing(handler, allow)})
 
 
-def route_instant(app: web.Application, path: str, answer: Answer) -> None:
-    """route_get for an answer made without waiting for anything (the hot /leader)."""
-    handler = _answered(answer)
+def route_instant(app: web.Application, path: str, handler: Handler) -> None:
+    """route_get for an answer made without waiting for anything (the hot /leader): no
+    wrapper, as the header deadline its request's bytes armed lasts until it is written."""
     allow = "GET, HEAD, OPTIONS"
     handlers = {"GET": handler, "HEAD": handler, "OPTIONS": _allowing(handler, allow)}
     _route(app, path, handlers, tracked=False)
@@ -101,34 +100,17 @@ def _route(
 
 
 def _tracked(handler: Handler) -> Handler:
-    """Tell the connection a request is in progress: no header or idle timeout then."""
+    """Tell the connection a request is in progress: no header or idle timeout until its
+    answer is written (Connection.log_access)."""
 
     @functools.wraps(handler)
     async def run(request: web.Request) -> web.StreamResponse:
         connection = request.protocol
-        if not isinstance(connection, Connection):  # aiohttp's test server
-            return await handler(request)
-        connection.request_started()
-        try:
-            return await handler(request)
-        finally:
-            connection.request_finished()
+        if isinstance(connection, Connection):  # not aiohttp's test server
+            connection.request_started()
+        return await handler(request)
 
     return run
-
-
-def _answered(answer: Answer) -> Handler:
-    """``answer`` never yields to the loop, so no sweep can find its connection busy: only
-    the end of the request is told (the idle deadline), with no wrapper around it."""
-
-    async def run(request: web.Request) -> web.StreamResponse:
-        response = answer(request)
-        connection = request.protocol
-        if isinstance(connection, Connection):  # not aiohttp's test server
-            connection.request_finished()
-        return response
-
-    return functools.update_wrapper(run, answer)
 
 
 def _allowing(handler: Handler, allow: str) -> Handler:

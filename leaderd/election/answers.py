@@ -30,6 +30,8 @@ from .values import Note, View
 from .watchers import ChangeListener, Watchers
 
 log = logging.getLogger("leaderd.engine")
+# Read per answer: a module global, as Python 3.11 looks an enum member up slowly (0.1 us).
+_LEADER = Role.LEADER
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +92,7 @@ class ElectionAnswers:
         now = self._clock.now()
         view = self._refresh(now)
         # A "leader" view is derived only while leading: the time left is the deadline's.
-        left = int((self.state.deadline - now) * 1000) if view.role is Role.LEADER else None
+        left = int((self.state.deadline - now) * 1000) if view.role is _LEADER else None
         shown = (view, self._watchers.revision, left)
         encoded = self._encoded
         if encoded is None or encoded.shown != shown:
@@ -226,7 +228,7 @@ class ElectionAnswers:
     def _refresh(self, now: float) -> View:
         """Derive the view; on a change of role, leader or term, publish a new revision."""
         view = gated = self.state.view(now)
-        if view.role is Role.LEADER and self.gate is not None and not self.gate(view.term):
+        if self.gate is not None and view.role is _LEADER and not self.gate(view.term):
             why = f"won election {self.name}, term {view.term}: answering leader once the "
             view = View(Role.UNKNOWN, None, view.term, why + "elected hook succeeds")
         previous = self._published

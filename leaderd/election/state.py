@@ -91,6 +91,9 @@ class ElectionState:
         if self.stopping:
             return View(Role.STOPPED, None, term, "shutting down")
         if self.leading(now) and lease is not None:
+            cached = self._leading  # the same View while the same lease is held
+            if cached is not None and cached[0] is lease:
+                return cached[1]
             return self._leading_view(lease)
         # Fail closed: knowledge older than one ttl, or our own lapsed hold, names nobody.
         stale = lease is None or now - self.seen_at >= self.timing.ttl
@@ -104,8 +107,6 @@ class ElectionState:
         return View(Role.FOLLOWER, info, term, self._why_not_leading(now))
 
     def _leading_view(self, lease: Lease) -> View:
-        if self._leading is not None and self._leading[0] is lease:
-            return self._leading[1]
         me = self.candidate
         info = LeaderInfo(me.node_id, me.address, lease.term, lease.acquired_at)
         view = View(Role.LEADER, info, lease.term, f"holding the lease, term {lease.term}")
