@@ -30,7 +30,15 @@ from . import params, switchover_api
 from .connections import Connections, Site, factory
 from .jobs import jobs_body
 from .metrics import Metrics
-from .routing import Handler, error, route_fallback, route_get, route_instant, route_post
+from .routing import (
+    Handler,
+    error,
+    route_fallback,
+    route_get,
+    route_instant,
+    route_post,
+    waiting,
+)
 
 DEFAULT_WATCH_TIMEOUT = 30.0
 # Proxies and load balancers cut streams idle for 30-60 s; a heartbeat keeps them open.
@@ -71,9 +79,10 @@ def build_app(
     default = node.election(None)  # the elections are fixed: found once, not per answer
     route_instant(app, "/leader", api.leader if default is None else _leader_of(default))
     route_instant(app, "/leader/{election}", api.leader)
+    for tail in ("", "/{election}"):
+        route_instant(app, "/watch" + tail, api.watch)  # it calls waiting() itself
     get: list[tuple[str, Handler]] = [
         ("/standby", api.standby),
-        ("/watch", api.watch),
         ("/members", api.members),
         ("/history", api.history),
         ("/jobs", api.jobs),
@@ -200,9 +209,11 @@ class _Api:
         accept = request.headers.get("Accept", "")
         if stream or _SSE in accept:
             sse = _SSE in accept or query.get("stream") == "sse"
+            waiting(request)
             return await self._stream(request, election, sse)
         if self.closing.is_set():  # shutting down: no new wait
             return _answer(election.encoded_status())
+        waiting(request)
         # Awaited here, in the handler's task: no helper task per long poll (10,000 add up).
         return _answer(await election.wait_for_answer(revision, timeout))
 

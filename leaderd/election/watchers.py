@@ -16,6 +16,7 @@ from .poll_deadlines import PollDeadlines, time_up
 from .status import ElectionStatus, Role
 
 log = logging.getLogger("leaderd.engine")
+_LEADER = Role.LEADER  # read per woken poll: Python 3.11 looks enum members up slowly
 
 ChangeListener = Callable[[ElectionStatus], None]
 # How many changes a stream reader may fall behind before it loses the oldest.
@@ -120,7 +121,7 @@ class Watchers:
         the published status, unless it says "leader", which is derived anew for each
         answer (the self-fence deadline may pass while they are being answered)."""
         latest = self._latest
-        if latest is None or latest.role is Role.LEADER:
+        if latest is None or latest.role is _LEADER:
             return current()
         return published(latest)
 
