@@ -359,7 +359,6 @@ class _Api:
 
 
 @functools.lru_cache(maxsize=16)
-@functools.lru_cache(maxsize=16)
 def _headers(revision: int) -> CIMultiDictProxy[str]:
     """A status answer's headers, made once per revision: each Response copies them (from
     a proxy, which nothing can change), and thousands of answers share a revision."""
