@@ -25,7 +25,6 @@ import math
 import resource
 import select
 import socket
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,7 +104,7 @@ class Connections:
         return min(_SWEEP_EVERY, max(0.01, shortest / 4))
 
     def _expire_due(self) -> None:
-        now = time.monotonic()
+        now = boottime()
         self._sweep = None
         for connection in [c for c in self._live if c.deadline <= now]:
             connection.deadline = math.inf
@@ -185,9 +184,7 @@ class Connection(web.RequestHandler):
         self._timeout = "header"
         self._busy = False
         self._bytes = False  # bytes of a request not yet in progress
-        # The header or idle deadline, on CLOCK_MONOTONIC: read per request, with no Python
-        # frame around it (a suspend only makes a deadline later).
-        self.deadline = math.inf
+        self.deadline = math.inf  # of the header or idle timeout, on CLOCK_BOOTTIME
         # Read around every request: attributes of its own, not the limits' (hot path).
         self._headers_within = connections.limits.header_timeout
         self._idle_for = connections.limits.keepalive_timeout
@@ -205,7 +202,7 @@ class Connection(web.RequestHandler):
         self._busy = self._bytes = False
         if self.transport is not None:  # _arm("idle"), inlined: once per request
             self._timeout = "idle"
-            self.deadline = time.monotonic() + self._idle_for
+            self.deadline = boottime() + self._idle_for
         if self.access_logger is not None:
             super().log_access(request, response, started)
 
@@ -232,7 +229,7 @@ class Connection(web.RequestHandler):
         if not self._bytes and not self._busy and data:  # _arm("header"), inlined
             self._bytes = True
             self._timeout = "header"
-            self.deadline = time.monotonic() + self._headers_within
+            self.deadline = boottime() + self._headers_within
         _data_received(self, data)  # aiohttp's, without a super() object per call
 
     def eof_received(self) -> bool:  # type: ignore[override]  # asyncio's contract: True keeps it open
@@ -246,7 +243,7 @@ class Connection(web.RequestHandler):
 
     def _arm(self, timeout: str, seconds: float) -> None:
         self._timeout = timeout
-        self.deadline = time.monotonic() + seconds
+        self.deadline = boottime() + seconds
 
     def _disarm(self) -> None:
         self.deadline = math.inf
