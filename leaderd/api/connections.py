@@ -33,6 +33,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from .. import jsonio
 from ..clock import boottime
+from . import hot_paths
 
 log = logging.getLogger("leaderd.http")
 
@@ -178,8 +179,11 @@ class Connection(web.RequestHandler):
         "deadline",
     )
 
-    def __init__(self, manager: web.Server, connections: Connections, **kwargs: Any) -> None:
+    def __init__(
+        self, manager: web.Server, connections: Connections, dispatch: Any, **kwargs: Any
+    ) -> None:
         super().__init__(manager, **kwargs)
+        self._request_handler = dispatch  # aiohttp's per-request hook (hot_paths.py)
         self._connections = connections
         self._timeout = "header"
         self._busy = False
@@ -332,13 +336,20 @@ def factory(runner: web.AppRunner, connections: Connections, **kwargs: Any) -> A
     logger = _RequestLog(connections)
     # aiohttp's own keep-alive timer only backs ours up.
     backstop = connections.limits.keepalive_timeout + connections.limits.header_timeout
+    dispatch = hot_paths.dispatcher(runner.app, server.request_handler)
 
     def make() -> asyncio.Protocol:
         reason = connections.refusal()
         if reason is not None:
             return _Refused(connections, reason)
         return Connection(
-            server, connections, loop=loop, logger=logger, keepalive_timeout=backstop, **kwargs
+            server,
+            connections,
+            dispatch,
+            loop=loop,
+            logger=logger,
+            keepalive_timeout=backstop,
+            **kwargs,
         )
 
     return make

@@ -26,7 +26,7 @@ from ..election.engine import Election
 from ..election.history import DEFAULT_LIMIT, MAX_LIMIT
 from ..election.node import Node
 from ..election.status import ElectionStatus, Role
-from . import params, switchover_api
+from . import hot_paths, params, switchover_api
 from .connections import Connections, Site, factory
 from .jobs import jobs_body
 from .metrics import Metrics
@@ -77,7 +77,12 @@ def build_app(
     app = web.Application(client_max_size=64 * 1024)
     app.on_shutdown.append(api.on_shutdown)
     default = node.election(None)  # the elections are fixed: found once, not per answer
-    route_instant(app, "/leader", api.leader if default is None else _leader_of(default))
+    if default is None:
+        route_instant(app, "/leader", api.leader)  # it answers which election to name
+    else:
+        leader = _leader_of(default)
+        route_instant(app, "/leader", leader)
+        hot_paths.mark(app, "/leader", leader)  # it never reads the request's route
     route_instant(app, "/leader/{election}", api.leader)
     for tail in ("", "/{election}"):
         route_instant(app, "/watch" + tail, api.watch)  # it calls waiting() itself
