@@ -1,5 +1,5 @@
-"""The paths answered before aiohttp's router: a GET of ``/leader`` goes straight to its
-handler.
+"""The paths answered before aiohttp's router: a GET of ``/leader`` (or of
+``/leader/NAME``) goes straight to its election's handler.
 
 Every request through a ``web.Application`` is resolved by its router: a coroutine, a
 match-info object built and frozen, the app's response signals looked up. For the path that

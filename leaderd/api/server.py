@@ -84,6 +84,8 @@ def build_app(
         route_instant(app, "/leader", leader)
         hot_paths.mark(app, "/leader", leader)  # it never reads the request's route
     route_instant(app, "/leader/{election}", api.leader)
+    for name, election in node.elections.items():  # names need no escaping in a path
+        hot_paths.mark(app, f"/leader/{name}", _leader_of(election))
     for tail in ("", "/{election}"):
         route_instant(app, "/watch" + tail, api.watch)  # it calls waiting() itself
     get: list[tuple[str, Handler]] = [

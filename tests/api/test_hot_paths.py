@@ -1,5 +1,6 @@
-"""A plain GET /leader is answered before aiohttp's router (leaderd/api/hot_paths.py), and
-answers exactly as the routed path does; every other request on /leader is routed."""
+"""A plain GET /leader or /leader/NAME is answered before aiohttp's router
+(leaderd/api/hot_paths.py), exactly as the routed path answers it; every other request on
+those paths is routed."""
 
 from __future__ import annotations
 
@@ -91,8 +92,8 @@ async def test_every_other_request_on_leader_is_routed(make_node: MakeNode, list
     node = await make_node()
     await eventually(lambda: node.elections["default"].status().is_leader)
     path, routed = await listening(node)
-    head, options, post, named = await ask(
-        path, "HEAD /leader", "OPTIONS /leader", "POST /leader", "GET /leader/default"
+    head, options, post, escaped = await ask(
+        path, "HEAD /leader", "OPTIONS /leader", "POST /leader", "GET /leader/de%66ault"
     )
     assert routed.count == 4
     assert head[0].startswith(b"HTTP/1.1 200") and head[1] == b""
@@ -101,16 +102,21 @@ async def test_every_other_request_on_leader_is_routed(make_node: MakeNode, list
         and b"allow: get, head, options" in options[0].lower()
     )
     assert post[0].startswith(b"HTTP/1.1 405")
-    same_answer(named, (await ask(path, "GET /leader"))[0])
+    same_answer(escaped, (await ask(path, "GET /leader"))[0])
 
 
-async def test_without_a_default_election_leader_asks_which_one(
+async def test_each_named_election_is_hot_and_the_rest_is_routed(
     make_node: MakeNode, listening: Any
 ) -> None:
-    """No hot path then: the routed handler names the elections (it reads the route)."""
+    """Without a default election, /leader is routed: its handler reads the route to say
+    which elections there are. An unknown name is routed to its 404."""
     node = await make_node(("a", "b"))
+    await eventually(lambda: all(e.status().is_leader for e in node.elections.values()))
     path, routed = await listening(node)
-    ((head, body),) = await ask(path, "GET /leader")
-    assert routed.count == 1
-    assert not head.startswith(b"HTTP/1.1 500"), body
-    assert head.startswith(b"HTTP/1.1 404"), head
+    a, b = await ask(path, "GET /leader/a", "GET /leader/b")
+    assert routed.count == 0
+    assert b'"election":"a"' in a[1] and b'"election":"b"' in b[1]
+    same_answer(a, (await ask(path, "GET /leader/a?from=router"))[0])
+    bare, unknown = await ask(path, "GET /leader", "GET /leader/c")
+    assert routed.count == 3
+    assert bare[0].startswith(b"HTTP/1.1 404") and unknown[0].startswith(b"HTTP/1.1 404")
