@@ -180,9 +180,9 @@ class Connection(web.RequestHandler):
     )
 
     def __init__(
-        self, manager: web.Server, connections: Connections, dispatch: Any, **kwargs: Any
+        self, manager: web.Server, connections: Connections, dispatch: hot_paths.Routed, **kw: Any
     ) -> None:
-        super().__init__(manager, **kwargs)
+        super().__init__(manager, **kw)
         self._request_handler = dispatch  # aiohttp's per-request hook (hot_paths.py)
         self._connections = connections
         self._timeout = "header"
