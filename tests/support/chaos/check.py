@@ -130,9 +130,9 @@ def check_safety(claims: Iterable[Claim], t0: float = 0.0) -> Violations:
                 highest = b
             i += 1
         if highest is not None and highest.term > a.term:
-            key = ("stale", a.node, a.term, highest.node, highest.term)
-            if key not in reported:
-                reported.add(key)
+            stale = ("stale", a.node, a.term, highest.node, highest.term)
+            if stale not in reported:
+                reported.add(stale)
                 found.add(
                     "stale_leader",
                     stale=_claim(a, t0),

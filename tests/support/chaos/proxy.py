@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .http_requests import HttpAnswers, HttpRequests
@@ -86,7 +87,12 @@ class RuleBook:
         return rule
 
 
-_FRAMERS = {"raw": (Raw, Raw), "http": (HttpRequests, HttpAnswers), "pg": (PgRequests, PgAnswers)}
+Framer = Callable[[Link], Units]
+_FRAMERS: dict[str, tuple[Framer, Framer]] = {
+    "raw": (Raw, Raw),
+    "http": (HttpRequests, HttpAnswers),
+    "pg": (PgRequests, PgAnswers),
+}
 
 
 class FaultProxy:
@@ -153,7 +159,7 @@ class FaultProxy:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._tasks.add(task)  # type: ignore[arg-type]
+        self._tasks.add(task)
         try:
             await self._open.wait()  # a blackholed SYN: no upstream until it heals
             try:
@@ -177,7 +183,7 @@ class FaultProxy:
         except (asyncio.CancelledError, OSError):
             abort(writer)
         finally:
-            self._tasks.discard(task)  # type: ignore[arg-type]
+            self._tasks.discard(task)
 
     async def _pump(
         self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, link: Link, upstream: bool
