@@ -163,6 +163,7 @@ def _figures(size: int, runs: list[dict[str, Any]], floors: list[dict[str, Any]]
     )
     ratio = paired.median if complete else None
     cpu = max(max(r["client_cpu_seconds"]) for r in runs + floors)
+    slowest = f"{ms(max(paired.ours)):.0f} / {ms(max(paired.peer)):.0f} ms"
     figures = [
         Figure(
             "watch",
@@ -173,7 +174,7 @@ def _figures(size: int, runs: list[dict[str, Any]], floors: list[dict[str, Any]]
             f"<= {MAX_RATIO:g}x",
             None if ratio is None else ratio <= MAX_RATIO,
             note=(
-                f"median of {len(runs)}; {paired.describe('ms', 1e3)}; "
+                f"median of {len(runs)}; slowest {slowest}; {paired.describe('ms', 1e3)}; "
                 f"server CPU {_cpu(runs)} / {_cpu(floors)} ms; client CPU <= {ms(cpu):.0f} ms"
                 + ("" if complete else "; a trial was not answered in full")
             ),

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Protocol, TypeVar
 
+from .collector_pause import collector
 from .poll_deadlines import PollDeadlines, time_up
 from .status import ElectionStatus, Role
 
@@ -68,12 +69,18 @@ class Watchers:
         self._latest = status
         waiting, self._waiting = self._waiting, {}
         self._deadlines.clear()
+        if waiting or self._streams:
+            # No collection while thousands of woken waiters write their answers.
+            with collector.paused(asyncio.get_running_loop()):
+                self._deliver(waiting, status)
+        self.announce(status)
+
+    def _deliver(self, waiting: dict[asyncio.Future[bool], None], status: ElectionStatus) -> None:
         for woken in waiting:
             if not woken.done():
                 woken.set_result(True)
         for queue in self._streams:
             _offer(queue, status)
-        self.announce(status)
 
     def end_waits(self) -> None:
         """Resolve every long poll's wait as its timer would: it answers the current status."""
