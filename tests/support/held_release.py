@@ -12,7 +12,7 @@ import contextlib
 import subprocess
 import threading
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from tests.support.chaos.proxy import FaultProxy
 from tests.support.daemons import Daemon, short_tempdir, wait_for
@@ -24,6 +24,14 @@ TTL, RENEW = 2.0, 0.5
 # etcd reservation's own lease, granted just before its transaction, must still be alive).
 HOLD = 3 * RENEW
 T = TypeVar("T")
+
+
+class Timing(TypedDict):
+    """The timing keywords of a Daemon."""
+
+    ttl: float
+    renew_interval: float
+    retry_interval: float
 
 
 class ProxyThread:
@@ -69,7 +77,7 @@ def leader_behind_a_proxy(
     workdir = short_tempdir()
     via_proxy = url.replace(rewrite[0], rewrite[1].format(port=proxied.proxy.port))
     assert via_proxy != url
-    timing = {"ttl": TTL, "renew_interval": RENEW, "retry_interval": 0.25}
+    timing: Timing = {"ttl": TTL, "renew_interval": RENEW, "retry_interval": 0.25}
     a = Daemon("node-a", via_proxy, workdir=workdir, **timing).start()
     b = Daemon("node-b", url, workdir=workdir, **timing)
     try:

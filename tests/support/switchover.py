@@ -26,7 +26,7 @@ from tests.support.referee import Referee
 
 
 def the_leader(daemons: Sequence[Daemon], timeout: float) -> Daemon:
-    found = wait_for(lambda: leaders(daemons), timeout=timeout, what="a leader")
+    found: list[Daemon] = wait_for(lambda: leaders(daemons), timeout=timeout, what="a leader")
     assert len(found) == 1, [d.node_id for d in found]
     return found[0]
 
@@ -87,9 +87,10 @@ def renewed_twice(leader: Daemon) -> None:
     """Wait until ``leader`` renewed twice (its own heartbeat in GET /members moved): the
     second renewal was sent after anything that happened before this call."""
 
-    def heard() -> str:
+    def heard() -> str | None:
         members = leader.get("/members")[1]["members"]
-        return next(m["last_heard_at"] for m in members if m["node_id"] == leader.node_id)
+        at: str | None = next(m["last_heard_at"] for m in members if m["node_id"] == leader.node_id)
+        return at
 
     for _ in range(2):
         last = heard()

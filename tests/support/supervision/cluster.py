@@ -73,11 +73,12 @@ class Cluster:
 
     def next_start(self, after: int = 0, timeout: float = 15.0) -> Event:
         """The first job start with a term above ``after``."""
-        return wait_for(
+        start: Event = wait_for(
             lambda: next((e for e in events(self.workdir, "start") if e.term > after), None),
             timeout,
             what=f"a job with a term above {after}",
         )
+        return start
 
 
 def wait_dead(pid: int, timeout: float) -> float:
