@@ -11,11 +11,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
+from leaderd.clock import boottime
 from leaderd.supervision.containment_probe import keeper_argv
-from leaderd.supervision.keeper_protocol import Lines, encode
+from leaderd.supervision.keeper_protocol import DEADLINE, Lines, encode
 from tests.support.daemons import wait_for
 
 # A command that records its host pid and its workers', ignores SIGTERM if told to, and
@@ -42,6 +44,14 @@ if "exit" in sys.argv:
 while True:
     time.sleep(1)
 """
+
+
+class Renewed(NamedTuple):
+    """A running tree: the command's host pid, its workers', and the deadline said last."""
+
+    command: int
+    workers: list[int]
+    deadline: float
 
 
 class Keeper:
@@ -79,17 +89,45 @@ class Keeper:
     def wait_for(self, word: str, timeout: float = 10.0) -> str:
         """The rest of the first line ``word`` the keeper reported."""
         give_up = time.monotonic() + timeout
-        while not any(w == word for w, _ in self.seen):
+        while not self._said(word):
             left = give_up - time.monotonic()
-            assert left > 0 and select.select([self.report], [], [], left)[0], (word, self.seen)
-            data = os.read(self.report, 4096)
-            assert data, f"the keeper ended without {word}: {self.seen}"
-            self.seen += self.lines.feed(data)
+            assert left > 0 and self._read(left), (word, self.seen)
         return next(rest for w, rest in self.seen if w == word)
+
+    def _said(self, word: str) -> bool:
+        return any(w == word for w, _ in self.seen)
+
+    def _read(self, timeout: float) -> bool:
+        """Read what the keeper reported within ``timeout``; False if it reported nothing."""
+        if not select.select([self.report], [], [], timeout)[0]:
+            return False
+        data = os.read(self.report, 4096)
+        assert data, f"the keeper ended: {self.seen}"
+        self.seen += self.lines.feed(data)
+        return True
 
     def pids(self, what: str) -> list[int]:
         text = self.out.read_text() if self.out.exists() else ""
         return [int(line.split()[1]) for line in text.splitlines() if line.startswith(what)]
+
+    def running_renewed(self, ttl: float, worker: bool = True, ahead: float = 0.0) -> Renewed:
+        """running(), renewing the deadline to ``ttl`` from now every 0.1 s as leaderd's
+        rounds do, so that the tree runs with its deadline ``ttl`` away however long the
+        start took (a deadline given once at the start raced it). The deadline said last
+        comes with the pids. ``ahead``: how far the keeper's CLOCK_BOOTTIME runs ahead of
+        ours (a time namespace)."""
+        want = 1 if worker else 0
+        give_up = time.monotonic() + 30
+        while True:
+            deadline = boottime() + ahead + ttl
+            self.say(DEADLINE, repr(deadline))
+            if self._said("pid") and self.pids("command") and len(self.pids("worker")) == want:
+                break
+            assert time.monotonic() < give_up, f"the tree did not start: {self.seen}"
+            self._read(0.1)
+        pid = int(next(rest for w, rest in self.seen if w == "pid"))
+        assert self.pids("command") == [pid], "the keeper reports the host pid"
+        return Renewed(pid, self.pids("worker"), deadline)
 
     def running(self, worker: bool = True) -> tuple[int, list[int]]:
         """(the command's host pid, its workers' host pids) once they all run."""

@@ -96,9 +96,8 @@ def test_exit_code_passes_through_and_leftovers_are_ended(keepers: list[Keeper],
 
 def test_dead_mans_switch_on_boottime(keepers: list[Keeper], workdir: str, contain: str) -> None:
     """No word from leaderd: SIGTERM just after deadline - grace, SIGKILL at the deadline."""
-    deadline = boottime() + 2.0
-    k = start(keepers, workdir, "worker", contain=contain, deadline=deadline, grace=0.5)
-    _, (worker,) = k.running()
+    k = start(keepers, workdir, "worker", contain=contain, deadline=boottime() + 2.0, grace=0.5)
+    _, (worker,), deadline = k.running_renewed(2.0)
     assert k.wait_for("exit", timeout=10) == "-15 deadline"
     ended = boottime()
     assert deadline - 0.5 < ended < deadline + 0.2, ended - deadline
@@ -111,9 +110,9 @@ def test_the_dead_mans_switch_counts_suspend(keepers: list[Keeper], workdir: str
     suspend = ("unshare", "--time", "--boottime", str(int(SUSPENDED)))
     if subprocess.run([*suspend, "true"], capture_output=True, check=False).returncode:
         pytest.skip("needs time namespaces (unshare --time)")
-    deadline = boottime() + SUSPENDED + 2.0
-    k = start(keepers, workdir, contain="session", deadline=deadline, grace=0.5, wrap=suspend)
-    k.running(worker=False)
+    k = start(keepers, workdir, contain="session", deadline=boottime() + SUSPENDED + 2.0,
+              grace=0.5, wrap=suspend)  # fmt: skip
+    *_, deadline = k.running_renewed(2.0, worker=False, ahead=SUSPENDED)
     assert k.wait_for("exit", timeout=10) == "-15 deadline"
     assert boottime() + SUSPENDED < deadline + 0.2
 
@@ -159,10 +158,9 @@ def test_the_guard_holds_the_deadline_when_the_keeper_is_frozen(keepers: list[Ke
     """leaderd and the keeper both frozen: the guard (the init of the namespace, or without
     one the command's parent) ends the whole tree by itself, and says so once the keeper can
     listen again."""
-    deadline = boottime() + 2.0
-    k = start(keepers, workdir, "worker", contain=contain, deadline=deadline, grace=0.5)
-    command, (worker,) = k.running()
-    os.kill(k.proc.pid, signal.SIGSTOP)
+    k = start(keepers, workdir, "worker", contain=contain, deadline=boottime() + 2.0, grace=0.5)
+    command, (worker,), deadline = k.running_renewed(2.0)
+    os.kill(k.proc.pid, signal.SIGSTOP)  # leaderd's renewals stop with it
     try:
         wait_for(lambda: not alive(command) and not alive(worker), 10, interval=0.005)
         gone = boottime()
@@ -173,9 +171,8 @@ def test_the_guard_holds_the_deadline_when_the_keeper_is_frozen(keepers: list[Ke
 
 
 def test_a_later_deadline_reaches_the_init(keepers: list[Keeper], workdir: str) -> None:
-    deadline = boottime() + 1.5
-    k = start(keepers, workdir, contain="pidns", deadline=deadline, grace=0.5)
-    command, _ = k.running(worker=False)
+    k = start(keepers, workdir, contain="pidns", deadline=boottime() + 1.5, grace=0.5)
+    command, _, deadline = k.running_renewed(1.5, worker=False)
     k.say(DEADLINE, repr(boottime() + 60))
     k.say(SIGNAL, int(signal.SIGHUP))  # read after the deadline: the init has the deadline
     wait_for(lambda: k.pids("hup"), 5)
