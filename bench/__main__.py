@@ -97,7 +97,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--watch-trials",
         type=int,
-        default=15,  # medians of 7 pairs moved by 0.3x from run to run on a shared VM
+        default=15,  # medians of 7 pairs moved by up to 0.6x between runs on a shared VM
         help="fan-out trials per size on leaderd, and as many on bare aiohttp, alternating",
     )
     p.add_argument("--watch-processes", type=int, default=1, help="watch client processes")
