@@ -45,9 +45,11 @@ def late_timers(pg: FakeTimeServer, app: str) -> str:
 async def test_a_standby_names_the_leader_every_round_when_lock_timeout_fires_late(
     fake_time_server: FakeTimeServer,
 ) -> None:
-    """A standby's round blocks in the lock for ``wait`` and must still answer within the
-    request's timeout (the chaos harness's timing: renew_interval 0.4 s, retry_interval
-    0.2 s); before, it timed out waiting for the lock_timeout's answer."""
+    """A standby's round blocks in the lock for ``wait`` (0.2 s) and must answer within its
+    request's timeout, not wait out a lock_timeout that fires STEP seconds late; before, every
+    round timed out waiting for the lock_timeout's answer (the chaos harness's standbys
+    flapped). The timeout is 2 s: STEP seconds apart from the failure, and far enough from
+    the wait that a loaded CI worker does not fail it (0.4 s did, once)."""
     app, e = unique("leaderd-late"), unique()
     u = late_timers(fake_time_server, app)
     async with opened(u, e) as a, opened(u, e) as b, admin(fake_time_server) as other:
@@ -55,7 +57,7 @@ async def test_a_standby_names_the_leader_every_round_when_lock_timeout_fires_la
         # B's session opens (connect, plan, prepare) in a round of its own, with time for a
         # loaded machine: what is timed below is a round on a kept session.
         await ask(b, e, B, ttl=1.5, timeout=5, wait=0.2)
-        pids = await standby_session_pids(b, e, B, A.node_id, ttl=1.5, timeout=0.4)
+        pids = await standby_session_pids(b, e, B, A.node_id, ttl=1.5, timeout=2.0)
         # The LISTEN connection cancels each wait: the session is kept, no process per round.
         assert len(pids) == 1, f"the standby's session changed: server pids {sorted(pids)}"
         # The waits given up on leave the lock queue: none waits out the late timer.
