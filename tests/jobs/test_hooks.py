@@ -140,15 +140,6 @@ note("answered %s" % request(sys.argv[2], "GET", "/leader")[1]["role"])
 """
 
 
-def signal_server(pg: PgServer, sig: signal.Signals) -> None:
-    """Signal the server's postmaster and every backend of it (SIGSTOP: nothing answers)."""
-    postmaster = pg.postmaster_pid()
-    backends = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True, text=True,
-                              check=False).stdout.split()  # fmt: skip
-    for pid in [postmaster, *map(int, backends)]:
-        os.kill(pid, sig)
-
-
 @pytest.mark.postgres
 @pytest.mark.parametrize("gone", ["stopped", "frozen"])
 def test_the_demote_hook_is_done_before_the_deadline_when_the_backend_goes_away(
@@ -168,7 +159,7 @@ def test_the_demote_hook_is_done_before_the_deadline_when_the_backend_goes_away(
     if gone == "stopped":
         pg.stop()  # every renewal fails from now on
     else:
-        signal_server(pg, signal.SIGSTOP)  # every renewal hangs unanswered from now on
+        pg.signal_all(signal.SIGSTOP)  # every renewal hangs unanswered from now on
     try:
         ended = re.compile(r"on_demoted hook .*\): (.*)$", re.MULTILINE)
         try:
@@ -184,7 +175,7 @@ def test_the_demote_hook_is_done_before_the_deadline_when_the_backend_goes_away(
     finally:
         a.kill()
         if gone == "frozen":
-            signal_server(pg, signal.SIGCONT)
+            pg.signal_all(signal.SIGCONT)
         pg.ensure_running()
         pg.psql(f"DROP TABLE IF EXISTS {table}, {table}_members, {table}_history")
         pg.psql(f"DROP FUNCTION IF EXISTS {table}_fence(text, bigint)")

@@ -8,6 +8,7 @@ As root, every PostgreSQL program runs as the ``postgres`` OS user.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -237,6 +238,18 @@ class PgServer:
             except ProcessLookupError:
                 return
             time.sleep(0.02)
+
+    def signal_all(self, sig: signal.Signals) -> None:
+        """Signal the postmaster and every process it forked (SIGSTOP: nothing answers,
+        not even a CancelRequest, until SIGCONT)."""
+        postmaster = self.postmaster_pid()
+        if postmaster is None:
+            return
+        children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True,
+                                  text=True, check=False).stdout.split()  # fmt: skip
+        for pid in [postmaster, *map(int, children)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
 
     def postmaster_pid(self) -> int | None:
         try:

@@ -141,15 +141,29 @@ async def _prepare_writer(pg: PgSettings, conn: Any) -> None:
 
 
 @contextlib.asynccontextmanager
-async def rolled_back(conn: Any) -> AsyncIterator[None]:
-    """A transaction that is always rolled back: statements run in it to be planned now (a
-    generic plan, kept for the session) leave nothing behind."""
-    transaction = conn.transaction()
-    await transaction.start()
+async def transaction(conn: Any, *, commit: bool = True) -> AsyncIterator[None]:
+    """A transaction that a cancellation never waits on. asyncpg rolls a cancelled one back
+    only once the server has answered the CancelRequest for its running statement, which a
+    frozen server never does: the request, and the election loop awaiting it, would wait
+    for the server to wake. A cancelled transaction ends its session instead, which the
+    server rolls back. ``commit=False``: always rolled back."""
+    started = conn.transaction()
+    await started.start()
     try:
         yield
-    finally:
-        await transaction.rollback()
+    except (asyncio.CancelledError, GeneratorExit):
+        conn.terminate()
+        raise
+    except BaseException:
+        await started.rollback()  # the server answered the failed statement: it is awake
+        raise
+    await (started.commit() if commit else started.rollback())
+
+
+def rolled_back(conn: Any) -> contextlib.AbstractAsyncContextManager[None]:
+    """A transaction that is always rolled back: statements run in it to be planned now (a
+    generic plan, kept for the session) leave nothing behind."""
+    return transaction(conn, commit=False)
 
 
 async def ensure_table(pg: PgSettings, conn: Any, create: str, columns: Mapping[str, str]) -> None:
@@ -182,7 +196,7 @@ async def create_if_missing(conn: Any, create: str, table: str) -> None:
 async def alter_as_owner(pg: PgSettings, conn: Any, alter: str, lacks: str) -> None:
     """Run an upgrade's ALTER TABLE; a role that may not gets one line naming it."""
     try:
-        async with conn.transaction():
+        async with transaction(conn):
             await conn.execute("SET LOCAL lock_timeout = '5s'")
             await conn.execute(alter)
     except asyncpg.InsufficientPrivilegeError:

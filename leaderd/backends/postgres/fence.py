@@ -17,6 +17,7 @@ from typing import Any
 
 import asyncpg
 
+from .conn import transaction
 from .settings import PgSettings
 
 log = logging.getLogger("leaderd.backends.postgresql")
@@ -74,7 +75,7 @@ async def install(pg: PgSettings, conn: Any) -> None:
     raced = (asyncpg.DuplicateFunctionError, asyncpg.UniqueViolationError)
     try:
         with contextlib.suppress(*raced):  # another daemon created it meanwhile
-            async with conn.transaction():
+            async with transaction(conn):
                 await conn.execute(create)
                 await conn.execute(_REVOKE.format(f=function))
     except asyncpg.InsufficientPrivilegeError:
