@@ -296,7 +296,17 @@ def row24(n: Node) -> None:
     assert (n.role(), n.s.view(n.t).term) == (Role.LEADER, 2)
 
 
-LAST_ROW = 24
+def row25(n: Node) -> None:
+    leading(n)
+    previous = n.s.view(n.t)
+    n.at(1).answer(held(ME, 2))  # the renewal found the lease gone and took it again
+    view = n.s.view(n.t)
+    assert (view.role, view.term) == (Role.LEADER, 2)
+    assert n.s.deadline == pytest.approx(n.t + T.lease_window)
+    assert n.s.sentence(previous, view, n.t) == "acquired election default, term 2; term 1 ended"
+
+
+LAST_ROW = 25
 ROWS: dict[str, Callable[[Node], None]] = {
     f"row {i}": globals()[f"row{i}"] for i in range(1, LAST_ROW + 1)
 }
