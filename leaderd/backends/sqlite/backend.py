@@ -231,10 +231,12 @@ class SQLiteBackend(Backend):
                 lease, granted = await self._look_for_grant(election, deadline)
                 if seen is not None and holding(lease) != seen[0]:
                     return granted
-                # The holder died (its lock is ours): a round takes over. Only after the read:
-                # a release that grants us the lease frees the lock as well.
+                # The holder's lock is ours: it died, or it released, which commits before it
+                # unlocks. A read that came before that commit cannot tell: read again.
                 if self._proof.freed(election):
-                    return None
+                    before = holding(lease)
+                    lease, granted = await self._look_for_grant(election, deadline)
+                    return granted if holding(lease) != before else None  # died: a round
                 self._proof.watch(election, self._commits.wake)
                 seen = seen or (holding(lease), None)
                 remaining = deadline - boottime()

@@ -8,6 +8,7 @@ import asyncio
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,6 +54,44 @@ async def test_a_heir_heard_again_since_is_told_by_a_round_not_the_grant(
     await b_again.observe(E, B, TTL)  # B heard again (the member row) before its waiter read
     assert await b.wait_for_change(E, 0.5) is None
     assert (await ask(b, E, B, ttl=TTL, timeout=5)).term == held.term + 1
+
+
+async def test_a_heir_whose_read_straddled_the_release_leads_on_the_grant(
+    opened: Opener,
+) -> None:
+    """A release commits, then frees its holder lock. A waiter whose read came just before
+    that commit, and whose look at the lock just after the unlock, sees a freed lock beside
+    a row that still names the holder: no death, and a read after the lock tells (a
+    clean-clone run saw the heir lead only after a round of its own). The read is held
+    back here until the release has committed and the lock is the waiter's."""
+    a, b = await opened(), await opened()
+    held = await ask(a, E, A, ttl=TTL, timeout=5)
+    await ask(b, E, B, ttl=TTL, timeout=5)
+    await b.wait_for_change(E, 0.01)  # B's lock thread now waits on A's holder lock
+    read, released = asyncio.Event(), asyncio.Event()
+    real_read = b._look_for_grant
+
+    async def read_before_the_release(election: str, deadline: float) -> Any:
+        answer = await real_read(election, deadline)
+        if not read.is_set():
+            read.set()
+            await released.wait()
+        return answer
+
+    b._look_for_grant = read_before_the_release  # type: ignore[method-assign]
+    waiting = asyncio.create_task(b.wait_for_change(E, TTL))
+    await asyncio.wait_for(read.wait(), TTL)
+    await release(a, E, A, held.term, grant=True)
+    watch = b._proof._watches[E]
+    for _ in range(500):  # until B's lock thread holds the lock A freed
+        if watch.freed:
+            break
+        await asyncio.sleep(0.01)
+    assert watch.freed
+    released.set()
+    grant = await asyncio.wait_for(waiting, TTL)
+    assert grant is not None and grant.lease.held_by(B), "the heir was sent to a round"
+    assert grant.lease.term == held.term + 1
 
 
 async def test_members_of_an_older_leaderd_gain_the_campaigning_column(
