@@ -124,7 +124,7 @@ class ElectionState:
         """The one sentence that tells a change of view (Patroni's habit: a value, tested)."""
         name = self.name
         if view.role is Role.LEADER:
-            if previous is not None and previous.role is Role.LEADER:  # a renewal found it gone
+            if previous and previous.role is Role.LEADER and previous.term != view.term:
                 return f"acquired election {name}, term {view.term}; term {previous.term} ended"
             return f"acquired election {name}, term {view.term}"
         if previous is not None and previous.role is Role.LEADER:
