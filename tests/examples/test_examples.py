@@ -71,7 +71,8 @@ def late(unstarted: Daemon) -> Late:
 
 def env_for(d: Daemon, sock: str | None = None) -> dict[str, str]:
     # The examples call `leaderd` from PATH, as an installed package provides it.
-    bindir = Path(short_tempdir("ld-bin-"))
+    bindir = Path(os.path.dirname(d.socket)) / "bin"  # removed with the daemon's workdir
+    bindir.mkdir(exist_ok=True)
     shim = bindir / "leaderd"
     shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m leaderd "$@"\n')
     shim.chmod(0o755)

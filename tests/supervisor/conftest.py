@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 
 import pytest
@@ -35,3 +36,4 @@ def _cluster(containment: str) -> Iterator[Cluster]:
     finally:
         kill_leftovers(workdir)
         cluster.close()
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,6 +37,7 @@ def workdir() -> Iterator[str]:
     path = short_tempdir("ld-kp-")
     yield path
     kill_leftovers(path)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(params=MODES)
