@@ -44,7 +44,7 @@ def test_a_standby_waits_out_the_deadline_of_a_holder_whose_lease_etcd_revoked(
             etcd.pause(member)
             holder.signal(signal.SIGSTOP)
             try:
-                wait_for(lambda: revoked(etcd, others, int(kv["lease"])), 4 * TTL, 0.1, "a revoke")
+                revoke_by_hand(etcd, others, int(kv["lease"]))
                 new = wait_for(
                     lambda: leaders(standbys), timeout=2 * TTL + RETRY + SLACK, what="a standby"
                 )[0]
@@ -62,12 +62,27 @@ def test_a_standby_waits_out_the_deadline_of_a_holder_whose_lease_etcd_revoked(
         assert term_of(new) > before
 
 
-def revoked(etcd: EtcdCluster, members: list[Member], lease: int) -> bool:
+def revoke_by_hand(etcd: EtcdCluster, members: list[Member], lease: int) -> None:
+    """Revoke ``lease`` within 4 ttls; a failure names etcd's last answers."""
+    tried: list[str] = []
+    try:
+        wait_for(lambda: revoked(etcd, members, lease, tried), 4 * TTL, 0.1, "a revoke")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; etcd's last answers: {tried[-3:]}") from None
+
+
+def revoked(etcd: EtcdCluster, members: list[Member], lease: int, tried: list[str]) -> bool:
     """Revoke ``lease`` through the first of ``members``: False while they have no raft
-    leader (the paused member may have led raft: the others elect one first)."""
+    leader (the paused member may have led raft: the others elect one first). A lease etcd
+    no longer has is gone with its key all the same (its lessor expired it meanwhile)."""
     try:
         etcd.post(members[0], "/v3/kv/lease/revoke", {"ID": lease})
-    except (urllib.error.URLError, TimeoutError):  # HTTPError 503 (no leader) is a URLError
+    except urllib.error.HTTPError as exc:  # 503: no raft leader yet
+        said = exc.read().decode(errors="replace")
+        tried.append(f"{exc.code} {said}")
+        return "lease not found" in said
+    except (urllib.error.URLError, TimeoutError) as exc:
+        tried.append(repr(exc))
         return False
     return True
 
