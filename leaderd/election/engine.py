@@ -3,10 +3,10 @@
 Run is short: campaign with jitter, renew every renew_interval while leading, self-fence
 on the local CLOCK_BOOTTIME deadline, and on stop publish "stopped", let the step-down hook
 stop the supervised child, then release. The rules (what the answer is at time t, what to
-send, when) live in state.py, which has no asyncio: this module sends requests,
-waits and logs the sentences the rules return. The answers and their revisions are
-answers.py's: they never read a flag that a timer sets, ``status()`` derives the
-role at the moment it is asked (docs/algorithm.md, "Self-fencing").
+send, when) live in state.py, which has no asyncio: this module sends requests, waits and
+logs the sentences the rules return. The answers and their revisions are answers.py's:
+they never read a flag that a timer sets, ``status()`` derives the role at the moment it
+is asked (docs/algorithm.md, "Self-fencing").
 """
 
 from __future__ import annotations
@@ -69,8 +69,7 @@ class Election(ElectionAnswers):
         self._end_reason = ""  # how the next release ends the term, when neither resign nor stop
         self.notes = TermNotes()  # hook failures, recorded by the release of their term
         self._backend = backend
-        self._poke = asyncio.Event()
-        self._stopped = asyncio.Event()
+        self._poke, self._stopped = asyncio.Event(), asyncio.Event()
         super().__init__(name, candidate, timing, clock or SystemClock(), jitter)
 
     # ---- actions ----
@@ -118,10 +117,9 @@ class Election(ElectionAnswers):
                 round_at, next_round = now, now + await self.round()
                 now = self._clock.now()
             wake_at = min(next_round, self.state.next_boundary(now))
-            # Leaders listen too: an advisory lock's session can end under them, etcd can
-            # delete their key (LeaseLost), so a holder listens up to its very next round.
-            # Otherwise a change can only bring the next round forward if it is more than a
-            # breath away.
+            # Leaders listen too: an advisory lock's session can end under them, etcd can delete
+            # their key (LeaseLost), so a holder listens up to its very next round. Otherwise a
+            # change can only bring the next round forward if it is more than a breath away.
             follow = self.state.held_term is not None or next_round - now > _WAKE_SPACING
             self._turn_due = wake_at + self.state.request_timeout(wake_at) + _STALL_SLACK
             woke = await self._wait(wake_at - now, follow)
@@ -329,12 +327,14 @@ class Election(ElectionAnswers):
             # A timeout block, not wait_for: the release starts now, not a loop turn later.
             async with asyncio.timeout(self.timing.renew_interval):
                 await release
-        except (BackendError, TimeoutError) as exc:
+        except Exception as exc:  # a backend bug (untranslated) too: it may have landed
             self.state.in_doubt.on_unknown(term)  # it may land later: never lead on term again
-            why = str(exc) or "request timed out"
-            fields = extra(Event.RELEASE_FAILED, election=self.name, term=term, reason=str(exc))
+            known = isinstance(exc, BackendError | TimeoutError)
+            why = (str(exc) or "request timed out") if known else repr(exc)
+            fields = extra(Event.RELEASE_FAILED, election=self.name, term=term, reason=why)
             log.warning("could not release election %s, term %d: %s; it expires by itself "
-                        "within ttl", self.name, term, why, extra=fields)  # fmt: skip
+                        "within ttl", self.name, term, why, extra=fields,
+                        exc_info=None if known else exc)  # fmt: skip
             return
         finally:
             held_logs.release()  # kept lines wait for the answer (held_logs.py)

@@ -339,7 +339,10 @@ class Daemon:
         timeout = self.config.shutdown_timeout
         try:
             async with asyncio.timeout(timeout):
-                await asyncio.gather(*tasks, return_exceptions=True)
+                ended = await asyncio.gather(*tasks, return_exceptions=True)
+            for failure in (e for e in ended if isinstance(e, Exception)):
+                log.error("internal failure while handing over: %r", failure, exc_info=failure)
+                self.exit_code = self.exit_code or EXIT_FAILURE
         except TimeoutError:
             log.error("hand-over took longer than shutdown_timeout (%gs); exiting anyway", timeout)
             self.exit_code = self.exit_code or EXIT_FAILURE

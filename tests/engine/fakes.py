@@ -205,6 +205,8 @@ class Script:
     # (a proxy holding it). It matches holder, instance and term only: the version the
     # caller names is not compared, so the engine's own rule alone must keep it harmless.
     release_lands_at: float | None = None
+    # The next release raises this, untranslated: a backend bug.
+    release_raises: Exception | None = None
 
 
 @dataclass
@@ -292,6 +294,9 @@ class RecordingBackend(Backend):
             "release", election, candidate.node_id, term, *[reserve_for][: bool(reserve_for)]
         )
         heir = release.heir if self.granting else None
+        if (bug := self.script.release_raises) is not None:
+            self.script.release_raises = None
+            raise bug
         if self.script.release_lands_at is not None:
             at, self.script.release_lands_at = self.script.release_lands_at, None
             self._late.add(asyncio.ensure_future(self._land(at, election, candidate, term, heir)))

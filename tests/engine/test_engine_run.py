@@ -64,6 +64,26 @@ async def test_stop_publishes_at_once_then_hook_then_release_with_the_held_term(
     assert store.lease("default").holder is None and store.lease("default").term == 1
 
 
+async def test_a_release_that_raises_a_backend_bug_is_a_release_in_doubt(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An untranslated exception from the release (a backend bug) is logged with its
+    traceback as a failed release, and the term is never led on again; before, it ended the
+    election's task, and the daemon exited 0 without a word of it."""
+    store = LeaseStore(RealClock())
+    election, backend = fast_node(store)
+    task = asyncio.create_task(election.run())
+    await until(lambda: election.status().is_leader)
+    backend.script.release_raises = AssertionError("a bug in the backend")
+    election.stop()
+    await task  # ends normally
+    failed = [r for r in caplog.records if r.getMessage().startswith("could not release")]
+    assert len(failed) == 1 and "AssertionError('a bug in the backend')" in failed[0].getMessage()
+    assert failed[0].exc_info is not None
+    assert election.state.in_doubt.term == 1
+    assert store.lease("default").held_by(A)  # it expires by itself within ttl
+
+
 async def test_standby_leads_at_once_after_the_leader_stops() -> None:
     store = LeaseStore(RealClock())
     a, _ = fast_node(store, A)
