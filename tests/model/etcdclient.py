@@ -16,13 +16,14 @@ from contextlib import asynccontextmanager
 from typing import Any
 from unittest import mock
 
-from leaderd.backends.base import Candidate
+from leaderd.backends.base import BackendUnavailable, Candidate
 from leaderd.backends.etcd import backend as etcd
 from leaderd.backends.etcd import records as etcd_records
 from leaderd.backends.etcd import state as etcd_state
 from leaderd.backends.etcd import view as etcd_view
 from leaderd.backends.etcd import watch as etcd_watch
 from leaderd.backends.etcd.gateway import EtcdClient, EtcdSettings
+from leaderd.backends.etcd.line import ReleaseLine
 
 from .etcdserver import EtcdServer, b64
 from .network import ELECTION, SERVER, Link
@@ -80,10 +81,26 @@ async def _messages(queue: asyncio.Queue[dict[str, Any] | None]) -> AsyncIterato
         yield message
 
 
+class ModelLine(ReleaseLine):
+    """The release line on the model: its copy may land late or never be answered, and the
+    client then sends the release again."""
+
+    def __init__(self, client: ModelClient) -> None:
+        super().__init__(None)
+        self._model = client
+
+    async def post(self, path: str, body: dict[str, Any], timeout: float, doing: str) -> Any:
+        try:
+            return await self._model.call(path, body, timeout, doing)
+        except (BackendUnavailable, TimeoutError):
+            return None
+
+
 class ModelEtcdBackend(etcd.EtcdBackend):
     def __init__(self, server: EtcdServer, link: Link) -> None:
         super().__init__(EtcdSettings.from_url(URL))
         self._etcd = ModelClient(self._settings, server, link)
+        self._line = ModelLine(self._etcd)
         self._watch = etcd_watch.PrefixWatch(self._etcd, self._prefix, self._on_event)
 
 

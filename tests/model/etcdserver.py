@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from leaderd.backends.etcd.gateway import EtcdError
+from leaderd.backends.etcd.errors import EtcdError
 
 from .network import SERVER
 from .vloop import VirtualLoop

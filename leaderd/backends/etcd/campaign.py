@@ -9,7 +9,7 @@ from dataclasses import replace
 from ...clock import boottime
 from ..base import BackendUnavailable, Lease
 from .election import EtcdElection
-from .gateway import EtcdError
+from .errors import EtcdError
 from .spare import EtcdSpares, no_keepalive
 from .state import Holder, Round, Spare, State, kept_in, mine, revision_of, state_of
 from .transactions import acquire_txn

@@ -1,7 +1,7 @@
 """etcd v3 through its JSON gateway (``POST /v3/...``) over aiohttp's client, which leaderd
-already ships for its API: the URL, endpoint failover, TLS, authentication, and the
-translation of every failure into a one-line ``BackendError``. backend.py holds the
-election logic; docs/etcd.md says why this is not a gRPC client.
+already ships for its API: the URL, endpoint failover, TLS and authentication (errors.py
+words each failure). backend.py holds the election logic; docs/etcd.md says why this is not
+a gRPC client.
 
 A request goes to the preferred endpoint; one that refuses, times out or has no leader passes
 it to the next within the same timeout, and the one that answered is preferred from then on.
@@ -26,17 +26,21 @@ import orjson
 from ...clock import boottime
 from ..base import BackendError, BackendFatal, BackendUnavailable
 from ..urls import redact_url
+from .errors import (
+    ELSEWHERE,
+    PASSWORD_ENV,
+    UNAUTHENTICATED,
+    EtcdError,
+    answer_error,
+    connection_error,
+    fatal,
+    loads_answer,
+)
 
-PASSWORD_ENV = "LEADERD_ETCD_PASSWORD"
 DEFAULT_PREFIX = "/leaderd/"
 _PORT = 2379
 _PARAMS = ("prefix", "cacert", "cert", "key")
 _MAX_MESSAGE = 16 * 1024 * 1024  # one watch response; etcd caps its own at 1.5 MiB by default
-# gRPC status codes (the gateway's "code").
-_UNKNOWN, _DEADLINE_EXCEEDED, _RESOURCE_EXHAUSTED, _UNAVAILABLE, _UNAUTHENTICATED = 2, 4, 8, 14, 16
-# Another member may answer: no leader, leader changed, request timed out, too many requests.
-_ELSEWHERE = (_UNKNOWN, _DEADLINE_EXCEEDED, _RESOURCE_EXHAUSTED, _UNAVAILABLE)
-_FATAL_PHRASES = ("authentication failed", "permission denied", "user name is empty")
 
 
 def b64(text: str | bytes) -> str:
@@ -52,14 +56,6 @@ def prefix_end(prefix: str) -> str:
     raw = bytearray(prefix.encode())
     raw[-1] += 1  # the prefix ends in "/", never in 0xff
     return b64(bytes(raw))
-
-
-class EtcdError(BackendUnavailable):
-    """etcd answered with an error (code: gRPC status code)."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True)
@@ -150,9 +146,9 @@ class EtcdClient:
     def __init__(self, settings: EtcdSettings) -> None:
         self.settings = settings
         self.preferred = 0  # index of the endpoint requests go to first
-        self._ssl = settings.ssl_context()
+        self.tls = settings.ssl_context()
         self._session: aiohttp.ClientSession | None = None
-        self._token = ""  # the auth token, once logged in
+        self.token = ""  # the auth token, once logged in
         self._login = asyncio.Lock()
         self.on_move: Callable[[], None] | None = None  # called when the preferred endpoint changes
 
@@ -167,7 +163,7 @@ class EtcdClient:
 
     def logout(self) -> None:
         """Forget the auth token: the next request logs in again."""
-        self._token = ""
+        self.token = ""
 
     def avoid(self, endpoint: str) -> None:
         """Prefer the next endpoint if ``endpoint`` is the preferred one (it just failed)."""
@@ -176,7 +172,7 @@ class EtcdClient:
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(ssl=self._ssl if self._ssl else False, limit=0)
+            connector = aiohttp.TCPConnector(ssl=self.tls if self.tls else False, limit=0)
             self._session = aiohttp.ClientSession(connector=connector, json_serialize=_dumps)
         return self._session
 
@@ -202,7 +198,7 @@ class EtcdClient:
             try:
                 answer = await self._call_one(endpoints[index], path, body, share)
             except EtcdError as exc:
-                if exc.code not in _ELSEWHERE:
+                if exc.code not in ELSEWHERE:
                     raise self._error(doing, {index: exc}) from None
                 errors[index] = exc  # no leader, leader changed, timed out: ask another member
                 continue
@@ -223,7 +219,7 @@ class EtcdClient:
         the same line, so the engine logs it once); fatal only if each was (TLS, login)."""
         failures = [errors[i] for i in sorted(errors)]
         message = f"{doing}: {'; '.join(str(e) for e in failures)}"
-        if all(isinstance(e, BackendFatal) or _fatal(e) for e in failures):
+        if all(isinstance(e, BackendFatal) or fatal(e) for e in failures):
             return BackendFatal(message)
         last = failures[-1]
         if isinstance(last, EtcdError):
@@ -237,7 +233,7 @@ class EtcdClient:
         try:
             return await self._post(endpoint, path, body, timeout, headers)
         except EtcdError as exc:
-            if exc.code != _UNAUTHENTICATED or not self.settings.user:
+            if exc.code != UNAUTHENTICATED or not self.settings.user:
                 raise
         self.logout()  # the token expired (or the member restarted): log in again, once
         headers = await self._auth_headers(endpoint, timeout)
@@ -245,14 +241,14 @@ class EtcdClient:
 
     async def _auth_headers(self, endpoint: str, timeout: float) -> dict[str, str]:
         async with self._login:
-            if not self._token:
+            if not self.token:
                 body = {"name": self.settings.user, "password": self.settings.password}
                 try:
                     answer = await self._post(endpoint, "/v3/auth/authenticate", body, timeout, {})
                 except EtcdError as exc:
                     raise self._login_error(exc) from None
-                self._token = str(answer.get("token", ""))
-        return {"Authorization": self._token}
+                self.token = str(answer.get("token", ""))
+        return {"Authorization": self.token}
 
     def _login_error(self, exc: EtcdError) -> BackendError:
         if "authentication failed" in str(exc) or "password" in str(exc):
@@ -281,8 +277,8 @@ class EtcdClient:
         except TimeoutError:
             raise BackendUnavailable(f"{host}: timed out") from None
         except (aiohttp.ClientError, OSError) as exc:
-            raise _connection_error(host, exc) from None
-        answer = _loads(data)
+            raise connection_error(host, exc) from None
+        answer = loads_answer(data)
         if response.status != 200 or "error" in answer:
             raise answer_error(host, response.status, answer)
         return answer
@@ -305,10 +301,10 @@ class EtcdClient:
         except TimeoutError:
             raise BackendUnavailable(f"{host}: timed out") from None
         except (aiohttp.ClientError, OSError) as exc:
-            raise _connection_error(host, exc) from None
+            raise connection_error(host, exc) from None
         try:
             if response.status != 200:
-                raise answer_error(host, response.status, _loads(await response.read()))
+                raise answer_error(host, response.status, loads_answer(await response.read()))
             yield _messages(host, response)
         finally:
             response.close()
@@ -325,75 +321,10 @@ async def _messages(host: str, response: aiohttp.ClientResponse) -> AsyncIterato
                 raise BackendUnavailable(f"{host}: a watch message exceeds {_MAX_MESSAGE} bytes")
             for line in lines:
                 if line.strip():
-                    yield _loads(line)
+                    yield loads_answer(line)
     except (aiohttp.ClientError, OSError) as exc:
-        raise _connection_error(host, exc) from None
+        raise connection_error(host, exc) from None
 
 
 def _dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
-
-
-def _loads(data: bytes) -> Any:
-    try:
-        answer = orjson.loads(data) if data.strip() else {}
-    except orjson.JSONDecodeError:
-        return {"error": f"not a JSON answer: {data[:80]!r}"}
-    return answer if isinstance(answer, dict) else {"error": f"unexpected answer {data[:80]!r}"}
-
-
-def answer_error(host: str, status: int, answer: dict[str, Any]) -> EtcdError:
-    error = answer.get("error")
-    if isinstance(error, dict):  # a streaming call's error: {"grpc_code", "message", ...}
-        message, code = str(error.get("message", "")), int(error.get("grpc_code", _UNKNOWN))
-    else:
-        message, code = str(answer.get("message") or error or ""), int(answer.get("code", _UNKNOWN))
-    if not message:
-        message = f"HTTP {status}"
-        code = _UNAVAILABLE if status >= 500 else _UNKNOWN
-    return EtcdError(f"{host}: {_explained(message)}", code)
-
-
-def _fatal(exc: BackendError) -> bool:
-    return any(phrase in str(exc) for phrase in _FATAL_PHRASES)
-
-
-def _explained(message: str) -> str:
-    """etcd's message, with what to do about it when etcd's words alone do not say."""
-    if "user name is empty" in message:
-        return (f"{message} (etcd has authentication enabled: name a user in the URL, "
-                f"etcd://USER@host:port, with the password in {PASSWORD_ENV})")  # fmt: skip
-    if "permission denied" in message:
-        return f"{message} (the user needs a role with readwrite on the prefix)"
-    return message
-
-
-def _connection_error(host: str, exc: BaseException) -> BackendError:
-    """A failed connection or exchange, in words an operator can act on."""
-    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
-        reason = getattr(exc.certificate_error, "verify_message", "") or str(exc.certificate_error)
-        return BackendFatal(f"{host}: TLS: the server's certificate is not trusted ({reason})")
-    text = str(exc)
-    if "ALERT_BAD_CERTIFICATE" in text or "CERTIFICATE_REQUIRED" in text:
-        return BackendFatal(
-            f"{host}: TLS: the member refused our client certificate (or that there was none): "
-            "give cert= and key= signed by a CA the member trusts"
-        )
-    if isinstance(exc, aiohttp.ClientSSLError | ssl.SSLError):
-        return BackendFatal(f"{host}: TLS handshake failed ({getattr(exc, 'reason', None) or exc})")
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        os_error = exc.os_error
-        if isinstance(os_error, ConnectionResetError) and exc.ssl:
-            return BackendUnavailable(
-                f"{host}: connection reset in the TLS handshake (a member without TLS does "
-                "that: use etcd://)"
-            )
-        reason = os.strerror(os_error.errno) if os_error.errno else type(os_error).__name__
-        return BackendUnavailable(f"{host}: {reason.lower()}")
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return BackendUnavailable(f"{host}: the member closed the connection")
-    if isinstance(exc, aiohttp.ClientPayloadError):
-        return BackendUnavailable(f"{host}: the member broke off its answer")
-    return BackendUnavailable(
-        f"{host}: {type(exc).__name__}: {text}" if text else f"{host}: {type(exc).__name__}"
-    )

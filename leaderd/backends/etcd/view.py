@@ -12,6 +12,7 @@ from typing import Any
 from ..base import BackendError, BackendUnavailable, Lease
 from .election import EtcdElection
 from .gateway import EtcdClient, EtcdSettings
+from .line import ReleaseLine
 from .records import Keys, now
 from .state import Round, State, state_of
 from .transactions import prune_txn, read_txn
@@ -29,6 +30,7 @@ class EtcdView:
     def __init__(self, settings: EtcdSettings) -> None:
         self._settings = settings
         self._etcd = EtcdClient(settings)
+        self._line = ReleaseLine(self._etcd)  # a release's own connection, while leading
         self._prefix = settings.prefix
         self._elections: dict[str, EtcdElection] = {}
         self._answers = itertools.count(1)

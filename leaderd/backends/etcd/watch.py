@@ -19,7 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..base import BackendError, BackendUnavailable
-from .gateway import EtcdClient, answer_error, b64, prefix_end, unb64
+from .errors import answer_error
+from .gateway import EtcdClient, b64, prefix_end, unb64
 
 log = logging.getLogger("leaderd.backends.etcd")
 

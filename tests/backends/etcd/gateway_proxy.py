@@ -52,6 +52,7 @@ class GatewayProxy:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._next: list[tuple[str, str, float]] = []  # one-shot: (path, fault, late)
 
     def start(self) -> GatewayProxy:
         self._thread.start()
@@ -80,6 +81,12 @@ class GatewayProxy:
     def delay(self, seconds: float, paths: Collection[str]) -> None:
         """From now on, send every request to one of ``paths`` on ``seconds`` late."""
         self._delay = lambda path: seconds if path in paths else 0.0
+
+    def fault_next(self, fault: str, path: str, late: float = 0.0) -> None:
+        """The next request to ``path`` alone: HOLD or REFUSE it, or (PASS) send it on
+        ``late`` seconds late; the requests after it, and those on other connections
+        meanwhile, as before."""
+        self._next.append((path, fault, late))
 
     def heal(self) -> None:
         """Fault nothing more (requests already held stay so: their clients gave up)."""
@@ -137,13 +144,16 @@ class GatewayProxy:
             head = await reader.readuntil(b"\r\n\r\n")
             path = head.split(b" ", 2)[1].decode(errors="replace").split("?", 1)[0]
             body = await reader.readexactly(_content_length(head))
-            fault = self._fault(path)
+            fault, late = self._fault(path), self._delay(path)
+            if (once := next((n for n in self._next if n[0] == path), None)) is not None:
+                self._next.remove(once)
+                fault, late = once[1], once[2]
             self.seen.append(Seen(boottime(), path, fault))
             if fault == HOLD:
                 await reader.read()  # until the client gives up and closes
             if fault != PASS:
                 return  # the caller resets the connection
-            if (late := self._delay(path)) > 0:
+            if late > 0:
                 await asyncio.sleep(late)
             if path == WATCH:
                 watched.append(self.watched)
