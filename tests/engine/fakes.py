@@ -192,7 +192,7 @@ class Script:
     # The next acquire is served at once, but its answer arrives at this time.
     answer_at: float | None = None
     # The backend grants this many seconds instead of the ttl asked for.
-    grant: float | None = None
+    grant_seconds: float | None = None
     # The next acquisition is answered with this term (a backend that lost writes).
     answer_term: int | None = None
     # wait_for_change raises at once / returns at once, every time.
@@ -272,7 +272,9 @@ class RecordingBackend(Backend):
         if self.script.lose_to is not None:
             rival, self.script.lose_to = self.script.lose_to, None
             self.store.take(election, rival, ttl, self.store.lease(election).version)
-        lease = self.store.take(election, candidate, self.script.grant or ttl, takeover, min_term)
+        lease = self.store.take(
+            election, candidate, self.script.grant_seconds or ttl, takeover, min_term
+        )
         if self.script.answer_term is not None and lease.held_by(candidate):
             self.store.rows[election].term, self.script.answer_term = self.script.answer_term, None
             lease = self.store.lease(election)

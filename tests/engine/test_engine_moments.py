@@ -131,7 +131,7 @@ async def test_resign_while_an_acquire_is_in_flight(cooldown: float) -> None:
 async def test_shorter_grant_than_asked_shortens_the_deadline() -> None:
     world = World()
     election = world.add(A)
-    world.backend("node-a").script.grant = 6.0
+    world.backend("node-a").script.grant_seconds = 6.0
     await election.round()
     assert election.lease_left() == pytest.approx(6.0 * (1 - TIMING.clock_drift) - 0.2)
 
