@@ -30,7 +30,7 @@ class EtcdView:
     def __init__(self, settings: EtcdSettings) -> None:
         self._settings = settings
         self._etcd = EtcdClient(settings)
-        self._line = ReleaseLine(self._etcd)  # a release's own connection, while leading
+        self._line = ReleaseLine(self._etcd)  # a release's own connection (line.py)
         self._prefix = settings.prefix
         self._elections: dict[str, EtcdElection] = {}
         self._answers = itertools.count(1)

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from leaderd.backends import Backend, BackendFatal, Candidate, backend_from_url
+from leaderd.backends.etcd.backend import EtcdBackend
 from leaderd.backends.etcd.gateway import PASSWORD_ENV
 from tests.support import tls
-from tests.support.backend_calls import ask
+from tests.support.backend_calls import ask, release
 from tests.support.daemons import Daemon, short_tempdir
 from tests.support.etcd_cluster import EtcdCluster, Tls
 
@@ -64,9 +65,17 @@ async def open_backend(url: str, opened: list[Backend]) -> Backend:
 
 
 async def elect(url: str, opened: list[Backend]) -> None:
+    """Lead, then release on the release's own connection, with its TLS and its token."""
     backend = await open_backend(url, opened)
     lease = await ask(backend, "default", ME, 5.0, timeout=5.0)
     assert lease.held_by(ME), lease
+    assert isinstance(backend, EtcdBackend)
+    async with asyncio.timeout(3):
+        while not backend.line.open:  # noqa: ASYNC110 - it opens in the background
+            await asyncio.sleep(0.01)
+    await release(backend, "default", ME, lease.term)
+    assert backend.line.answered == 1
+    assert (await backend.observe("default")).holder is None
 
 
 def tls_url(cluster: EtcdCluster, **files: str) -> str:
