@@ -60,7 +60,9 @@ class ReleaseLine:
 
     async def post(self, path: str, body: dict[str, Any], timeout: float, doing: str) -> Any:
         """etcd's answer to ``body``, sent on the line within ``timeout``; None if the line
-        cannot carry it or its answer is the client's to handle (another member, a login)."""
+        cannot carry it or its answer is the client's to handle (another member, a login).
+        ``doing`` says what the request is, as to the client (the protocol model's line
+        sorts its requests by it)."""
         client, connection = self._client, self._connection
         if client is None or connection is None or not self.open:
             return None
