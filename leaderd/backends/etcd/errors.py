@@ -38,6 +38,14 @@ def loads_answer(data: bytes) -> Any:
     return answer if isinstance(answer, dict) else {"error": f"unexpected answer {data[:80]!r}"}
 
 
+def checked_answer(host: str, status: int, data: bytes) -> Any:
+    """A unary call's answer; EtcdError if it is an error."""
+    answer = loads_answer(data)
+    if status != 200 or "error" in answer:
+        raise answer_error(host, status, answer)
+    return answer
+
+
 def answer_error(host: str, status: int, answer: dict[str, Any]) -> EtcdError:
     error = answer.get("error")
     if isinstance(error, dict):  # a streaming call's error: {"grpc_code", "message", ...}

@@ -32,6 +32,7 @@ from .errors import (
     UNAUTHENTICATED,
     EtcdError,
     answer_error,
+    checked_answer,
     connection_error,
     fatal,
     loads_answer,
@@ -278,10 +279,7 @@ class EtcdClient:
             raise BackendUnavailable(f"{host}: timed out") from None
         except (aiohttp.ClientError, OSError) as exc:
             raise connection_error(host, exc) from None
-        answer = loads_answer(data)
-        if response.status != 200 or "error" in answer:
-            raise answer_error(host, response.status, answer)
-        return answer
+        return checked_answer(host, response.status, data)
 
     @asynccontextmanager
     async def stream(

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
-from .errors import ELSEWHERE, UNAUTHENTICATED, answer_error, loads_answer
+from .errors import ELSEWHERE, UNAUTHENTICATED, EtcdError, checked_answer
 
 if TYPE_CHECKING:
     from .gateway import EtcdClient
@@ -82,14 +82,14 @@ class ReleaseLine:
         finally:
             if not answered.done() or answered.cancelled():
                 self._drop()  # its answer may still come: nothing else may read it
-        answer = loads_answer(data)
-        if status == 200 and "error" not in answer:
-            self.answered += 1
-            return answer
-        error = answer_error(connection.host, status, answer)
-        if error.code in ELSEWHERE or error.code == UNAUTHENTICATED:
-            return None
-        raise error
+        try:
+            answer = checked_answer(connection.host, status, data)
+        except EtcdError as exc:
+            if exc.code in ELSEWHERE or exc.code == UNAUTHENTICATED:
+                return None  # the client's: another member, or a new login
+            raise
+        self.answered += 1
+        return answer
 
     async def close(self) -> None:
         if self._opening is not None:
