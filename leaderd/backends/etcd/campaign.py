@@ -86,6 +86,7 @@ class EtcdCampaign(EtcdSpares):
             return e.remember(state_of(answer)), None
         revision = revision_of(answer)
         e.offers.drop(me.node_id, me.instance)
+        e.trimmed = term  # the acquisition trimmed the history
         holder = Holder(me.node_id, me.address, me.instance, term, ask.heard_at, spare.id,
                         revision)  # fmt: skip
         state = e.remember(State(revision, holder, term, revision))

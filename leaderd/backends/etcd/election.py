@@ -47,6 +47,15 @@ class EtcdElection:
     # the round it wakes skips the read (a cached holder alone may be a lagging event).
     news: bool = False
     fence: Fence = field(default_factory=Fence)  # a deletion no release explained (fence.py)
+    trimmed: int = 0  # the last term whose old history records this node deleted
+
+    def trim_due(self, me: Candidate) -> int | None:
+        """Our term, while its history is untrimmed (a grant does not trim it): its holder's
+        first renewal trims it (records.Keys.trimmed)."""
+        holder = self.known_holder
+        if self.state is None or holder is None or not mine(self.state, me):
+            return None
+        return holder.term if holder.term > self.trimmed else None
 
     @property
     def known_holder(self) -> Holder | None:

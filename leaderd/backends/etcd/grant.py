@@ -114,7 +114,8 @@ def grant_txn(
 ) -> dict[str, Any]:
     """The transaction of a grant: while our key is unchanged since our tenure began and the offer
     is unchanged since it was read, put the key under the offer's spare lease with ``term``,
-    move the term counter, drop the candidate key, and record our end and the heir's start."""
+    move the term counter, drop the candidate key, and record our end and the heir's start
+    (the heir's first renewal trims the history: records.Keys.trimmed)."""
     offered = b64(keys.candidate(offer.node_id, offer.instance))
     value = {"node_id": offer.node_id, "address": offer.address, "instance": offer.instance,
              "term": term, "acquired_at": acquired_at}  # fmt: skip
@@ -128,6 +129,6 @@ def grant_txn(
             {"request_put": {"key": b64(keys.term), "value": b64(str(term))}},
             {"request_delete_range": {"key": offered}},
             keys.released(holder.term, reason),
-            *keys.began(heir, term, acquired_at),
+            keys.began(heir, term, acquired_at),
         ],
     }  # fmt: skip

@@ -8,8 +8,10 @@ the etcd backend already sends, so they add no request.
 * ``<prefix><election>/candidates/<node id>/<instance>``: a campaigning standby's spare
   lease id, put when its spare changes, deleted when it stops campaigning or acquires: what a
   release may grant the lease under (grant.py).
-* ``<prefix><election>/history/<term>``: a holder's record, put by the acquiring
-  transaction, which also deletes the records HISTORY_RETENTION terms older.
+* ``<prefix><election>/history/<term>``: a holder's record, put by the transaction that
+  began the term. An acquisition also deletes the records HISTORY_RETENTION terms older; a
+  grant leaves that to the heir's first renewal, since etcd takes a millisecond over a range
+  delete that the heir would wait for. Reads show no record older than the retention.
 * ``<prefix><election>/ended/<term>``: how it ended, put by the releasing transaction (or
   by the holder that lost etcd, at its next round). A term with no such key whose key
   etcd's lessor deleted ended "expired" when the next term began.
@@ -129,12 +131,16 @@ class Keys:
     def released(self, term: int, reason: str) -> dict[str, Any]:
         return _put(self.ended(term), {"end_reason": reason, "ended_at": now()})
 
-    def began(self, me: Candidate, term: int, acquired_at: str) -> list[dict[str, Any]]:
-        """Record the new term; delete the records HISTORY_RETENTION terms older."""
+    def began(self, me: Candidate, term: int, acquired_at: str) -> dict[str, Any]:
+        """Record the new term."""
         value = {"holder": me.node_id, "instance": me.instance, "address": me.address,
                  "acquired_at": acquired_at}  # fmt: skip
+        return _put(self.history(term), value)
+
+    def trimmed(self, term: int) -> list[dict[str, Any]]:
+        """Delete the records HISTORY_RETENTION terms older than ``term``."""
         oldest = max(0, term - HISTORY_RETENTION + 1)
-        return [_put(self.history(term), value)] + [
+        return [
             {"request_delete_range": {"key": b64(start(0)), "range_end": b64(start(oldest))}}
             for start in (self.history, self.ended)
         ]
@@ -169,8 +175,12 @@ def tenures(election: str, answer: Any) -> list[Tenure]:
     kvs = [r.get("response_range", {}).get("kvs") or [] for r in responses]
     ended = {_term(kv): orjson.loads(unb64(kv["value"])) for kv in kvs[1]}
     records, newer = [], None
+    # A granted term's heir trims the records past the retention at its first renewal.
+    oldest = _term(kvs[0][0]) - HISTORY_RETENTION + 1 if kvs[0] else 0
     for kv in kvs[0]:
         term, value = _term(kv), orjson.loads(unb64(kv["value"]))
+        if term < oldest:
+            break
         acquired = _when(value.get("acquired_at"))
         end = ended.get(term, {})
         reason = end.get("end_reason") or (EndReason.EXPIRED.value if newer else None)

@@ -16,17 +16,19 @@ from .state import Holder, Round, Spare, State, compare, mine
 Operation = dict[str, Any]
 
 
-def read_txn(e: EtcdElection, ask: Round | None) -> dict[str, Any]:
+def read_txn(e: EtcdElection, ask: Round | None, trim: int | None = None) -> dict[str, Any]:
     """The keys of an election and its members, in one transaction (one revision); with
-    ``ask``, that member's heartbeat too, offering its spare."""
+    ``ask``, that member's heartbeat too, offering its spare; with ``trim``, the history
+    records too old for that term deleted."""
     keys = e.keys
     ranges = [{"request_range": {"key": b64(name)}} for name in (keys.leader, keys.term,
                                                                   keys.reserved)]  # fmt: skip
     # The known holder's end record: a read that finds its key gone can tell its release.
     known = e.known_holder
     ended = [keys.read_ended(known.term)] if known is not None else []
+    trimmed = keys.trimmed(trim) if trim is not None else []
     return {"success": [*ranges, *heard(e, ask, e.spare), keys.list_members(),
-                        keys.list_candidates(), *ended]}  # fmt: skip
+                        keys.list_candidates(), *ended, *trimmed]}  # fmt: skip
 
 
 def heard(e: EtcdElection, ask: Round | None, spare: Spare | None = None) -> list[Operation]:
@@ -60,7 +62,8 @@ def acquire_txn(
     e: EtcdElection, ask: Round, state: State, term: int, spare: Spare
 ) -> dict[str, Any]:
     """Take the free key under ``spare`` and the next term, or learn who has them; the
-    member's heartbeat either way, and the new term's history record on success."""
+    member's heartbeat either way, and the new term's history record on success (with the
+    records past the retention deleted)."""
     me, keys, acquired_at = ask.me, e.keys, ask.heard_at
     value = {"node_id": me.node_id, "address": me.address, "instance": me.instance,
              "term": term, "acquired_at": acquired_at}  # fmt: skip
@@ -77,7 +80,8 @@ def acquire_txn(
             {"request_put": {"key": key, "value": b64(orjson.dumps(value)), "lease": spare.id}},
             {"request_put": {"key": term_key, "value": b64(str(term))}},
             {"request_delete_range": {"key": reserved_key}},
-            *keys.began(me, term, acquired_at),
+            keys.began(me, term, acquired_at),
+            *keys.trimmed(term),
             *heard(e, ask),
             keys.withdraw(me),
             keys.list_members(),

@@ -46,9 +46,12 @@ class EtcdView:
 
     async def _read(self, e: EtcdElection, timeout: float, ask: Round | None = None) -> State:
         """The keys of an election and its members, in one transaction (one revision);
-        with ``ask``, that member's heartbeat too."""
-        body = read_txn(e, ask)
+        with ``ask``, that member's heartbeat too, and in its holder's first renewal of a
+        term the trimming of the history."""
+        trim = e.trim_due(ask.me) if ask is not None else None
+        body = read_txn(e, ask, trim)
         answer = await self._call("/v3/kv/txn", body, timeout, "reading the lease")
+        e.trimmed = max(e.trimmed, trim or 0)
         e.heard_members(answer, ask.me if ask else None)
         e.heard_offers(answer)
         await self._prune(e, max(0.001, timeout / 2))

@@ -13,6 +13,7 @@ import uuid
 import pytest
 
 from leaderd.backends import Backend, BackendError, Candidate, backend_from_url
+from leaderd.backends.records import HISTORY_RETENTION
 from tests.support.backend_calls import ask, release
 from tests.support.etcd_cluster import EtcdCluster
 from tests.support.grants import stand_with_a_spare, wait_grant
@@ -157,3 +158,29 @@ async def test_a_candidate_whose_spare_is_gone_is_not_granted(cluster: Cluster) 
     assert released.holder is None and released.term == held.term
     taken = await ask(b, E, B, ttl=TTL, timeout=5)  # B grants itself a new spare
     assert taken.held_by(B) and taken.term == held.term + 1
+
+
+async def test_a_grant_leaves_trimming_the_history_to_the_heirs_first_renewal(
+    cluster: Cluster,
+) -> None:
+    """etcd takes about a millisecond over a range delete, which the heir would wait for: a
+    grant puts the new term's record only, readers never see a record past the retention,
+    and the heir's first renewal deletes those (docs/etcd.md, "History")."""
+    a, b = await cluster.open(), await cluster.open()
+    first = await ask(a, E, A, ttl=TTL, timeout=5)
+    await release(a, E, A, first.term)
+    # The term before the one that leaves ``first`` out: its acquisition trims nothing.
+    last = first.term + HISTORY_RETENTION - 1
+    held = await ask(a, E, A, ttl=TTL, timeout=5, min_term=last)
+    assert held.term == last
+    await stand(b, B)
+    await ask(a, E, A, ttl=TTL, timeout=5)  # its renewal reads B's offer
+    await release(a, E, A, held.term, grant=True)
+    granted = (await wait_grant(b, E)).lease.term
+    assert granted == first.term + HISTORY_RETENTION
+    old = [f"{cluster.prefix}{E}/{kind}/{first.term:020d}" for kind in ("history", "ended")]
+    assert all(cluster.etcd.get(key)[0] is not None for key in old)  # the grant trimmed none
+    assert [r.term for r in await b.history(E, 10)] == [granted, held.term]
+    assert (await ask(b, E, B, ttl=TTL, timeout=5)).held_by(B)  # its first renewal
+    assert all(cluster.etcd.get(key)[0] is None for key in old)
+    assert [r.term for r in await a.history(E, 10)] == [granted, held.term]
