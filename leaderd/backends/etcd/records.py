@@ -10,8 +10,9 @@ the etcd backend already sends, so they add no request.
   release may grant the lease under (grant.py).
 * ``<prefix><election>/history/<term>``: a holder's record, put by the transaction that
   began the term. An acquisition also deletes the records HISTORY_RETENTION terms older; a
-  grant leaves that to the heir's first renewal, since etcd takes a millisecond over a range
-  delete that the heir would wait for. Reads show no record older than the retention.
+  grant leaves that to the heir's first renewal, since the heir would wait for the range
+  deletes, which walk every deleted key etcd has not compacted yet. Reads show no record
+  older than the retention.
 * ``<prefix><election>/ended/<term>``: how it ended, put by the releasing transaction (or
   by the holder that lost etcd, at its next round). A term with no such key whose key
   etcd's lessor deleted ended "expired" when the next term began.
