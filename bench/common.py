@@ -224,7 +224,7 @@ class Cluster:
     """N daemons in one election on one backend; restartable one at a time."""
 
     def __init__(self, backend_url: str, size: int, workdir: str, timing: Timing, tag: str) -> None:
-        election = f"bench-{tag}-{uuid.uuid4().hex[:8]}"
+        election = self.election = f"bench-{tag}-{uuid.uuid4().hex[:8]}"
         self.daemons = [
             Daemon(
                 f"{tag}-{i}",

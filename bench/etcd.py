@@ -78,15 +78,20 @@ async def _rounds(client: str, command: list[str], signum: int, count: int) -> l
         return [await group.one(signum) for _ in range(count)]
 
 
-async def _interleaved(client: str, url: str, count: int) -> tuple[list[float], dict[str, Any]]:
-    """etcdctl's and leaderd's graceful hand-overs on the same etcd, one of each in turn
-    (ABBA): a burst of load on the shared machine falls on both. Each sample also records
-    when a watching client heard etcd apply the write that ends the term (EventClock)."""
+async def _interleaved(
+    client: str, url: str, prefix: str, count: int
+) -> tuple[list[float], dict[str, Any]]:
+    """etcdctl's and leaderd's (``url``, its keys under ``prefix``) graceful hand-overs on
+    the same etcd, one of each in turn (ABBA): a burst of load on the shared machine falls
+    on both. Each sample also records when a watching client heard etcd apply the write that
+    ends the term (EventClock: etcdctl's election keys, and leaderd's leader key)."""
     graceful: list[float] = []
     applied: list[float | None] = []
     samples: list[dict[str, float]] = []
-    async with EventClock(client) as clock, Candidates(client, ETCDCTL) as etcdctl, \
-            handover.prepared(url, DEFAULT_TIMING, "ho") as daemons:  # fmt: skip
+    async with Candidates(client, ETCDCTL) as etcdctl, \
+            handover.prepared(url, DEFAULT_TIMING, "ho") as daemons, \
+            EventClock(client, f"{etcdctl.name}/") as theirs, \
+            EventClock(client, f"{prefix}{daemons.election}/leader") as clock:  # fmt: skip
         for etcdctl_first in alternate(count):
             for ours in (False, True) if etcdctl_first else (True, False):
                 if ours:
@@ -94,7 +99,7 @@ async def _interleaved(client: str, url: str, count: int) -> tuple[list[float], 
                     samples.append({**sample, "applied": clock.first_after(sample["signalled"])})
                 else:
                     graceful.append(await etcdctl.one(signal.SIGTERM))
-                    applied.append(clock.first_after(etcdctl.signalled))
+                    applied.append(theirs.first_after(etcdctl.signalled))
     data = handover.summarize(samples, DEFAULT_TIMING)
     data["applied"] = _summary([s["applied"] for s in samples])
     data["etcdctl_applied"] = _summary(applied)
@@ -178,8 +183,8 @@ async def reference(count: int, fsync: bool, leaderd: bool) -> tuple[list[Figure
     async with etcd_cluster(fsync) as group:
         client, ours = group.members[0].client_url, None
         if leaderd:
-            url = group.url(prefix=f"/bench-{uuid.uuid4().hex[:8]}/")
-            graceful, ours = await _interleaved(client, url, count)
+            prefix = f"/bench-{uuid.uuid4().hex[:8]}/"
+            graceful, ours = await _interleaved(client, group.url(prefix=prefix), prefix, count)
         else:
             graceful = await _rounds(client, ETCDCTL, signal.SIGTERM, count)
     data = {"fsync": fsync, "etcdctl_graceful": {**summary(graceful), "samples": graceful},

@@ -110,19 +110,21 @@ class Candidates:
 
 
 class EventClock:
-    """`etcdctl watch` over the whole keyspace: when each event reached a watching client,
-    on time.monotonic(). Splits a hand-over in two: until etcd applied the write that ends
-    it (a resign's delete, leaderd's grant), and from there to the new leader's answer."""
+    """`etcdctl watch` of the keys under ``prefix``: when each event reached a watching
+    client, on time.monotonic(). Splits a hand-over in two: until etcd applied the write that
+    ends it (a resign's delete, leaderd's grant), and from there to the new leader's answer.
+    One election's keys only: an event of the other election (a daemon's heartbeat) is never
+    taken for the end of a term, and a grant is one event to print, as a resign is."""
 
-    def __init__(self, client: str) -> None:
-        self.client = client
+    def __init__(self, client: str, prefix: str) -> None:
+        self.client, self.prefix = client, prefix
         self.arrivals: list[float] = []
         self.proc: asyncio.subprocess.Process | None = None
         self.reader: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> EventClock:
         self.proc = await asyncio.create_subprocess_exec(
-            "etcdctl", f"--endpoints={self.client}", "watch", "--prefix", "",
+            "etcdctl", f"--endpoints={self.client}", "watch", "--prefix", self.prefix,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
         )  # fmt: skip
         self.reader = asyncio.create_task(self._read())
