@@ -227,7 +227,7 @@ async def measure(
     ]  # fmt: skip
     async with etcd_cluster(fsync) as group:
         client, url = group.members[0].client_url, group.url(prefix="/bench/")
-        graceful, ours = await _interleaved(client, url, handovers)
+        graceful, ours = await _interleaved(client, url, "/bench/", handovers)
         crash = await _rounds(client, python, signal.SIGKILL, failovers)
         ours_crash = await handover.measure("etcd", url, failovers, signal.SIGKILL, SHORT_TIMING)
         rates = await steady(group, min(5.0, window / 4), window)
