@@ -226,8 +226,9 @@ async def measure(
         "--name", "{name}", "--proposal", "{proposal}", "--ttl", str(LEASE_TTL),
     ]  # fmt: skip
     async with etcd_cluster(fsync) as group:
-        client, url = group.members[0].client_url, group.url(prefix="/bench/")
-        graceful, ours = await _interleaved(client, url, "/bench/", handovers)
+        client, prefix = group.members[0].client_url, "/bench/"
+        url = group.url(prefix=prefix)
+        graceful, ours = await _interleaved(client, url, prefix, handovers)
         crash = await _rounds(client, python, signal.SIGKILL, failovers)
         ours_crash = await handover.measure("etcd", url, failovers, signal.SIGKILL, SHORT_TIMING)
         rates = await steady(group, min(5.0, window / 4), window)
